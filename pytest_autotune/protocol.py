@@ -1,0 +1,317 @@
+"""protocol.toml → a frozen, typed :class:`Protocol` with its sha256.
+
+The loader is strict: an unknown key, a value of the wrong type or out of range is refused with an error that
+names the key and the fix. Whether a protocol is *frozen* is decided by :mod:`pytest_autotune.protocol_registry`
+(the digest pinned for its version), never by the file itself.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import hashlib
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .errors import ProtocolError
+
+PACKAGED_PROTOCOL = Path(__file__).with_name("protocol.toml")
+
+_FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+def _rule(*, ge: float | None = None, gt: float | None = None, le: float | None = None, choices=None):
+    return {"ge": ge, "gt": gt, "le": le, "choices": choices}
+
+
+def _f(default=dataclasses.MISSING, **rule):
+    return field(default=default, metadata={"rule": _rule(**rule)})
+
+
+@dataclass(frozen=True)
+class ProtocolMeta:
+    name: str = _f()
+    version: str = _f()
+
+
+@dataclass(frozen=True)
+class SeedsSection:
+    count: int = _f(ge=1)
+
+
+@dataclass(frozen=True)
+class TimingSection:
+    order: str = _f(choices=("ABBA",))
+    warmup_calls: int = _f(ge=0)
+    min_pairs: int = _f(ge=2)
+    max_pairs: int = _f(ge=2)
+    check_every: int = _f(ge=1)
+    min_sample_s: float = _f(ge=0.0)
+    max_calls_per_sample: int = _f(ge=1)
+    item_budget_s: float = _f(gt=0.0)
+    cpu_threads: int = _f(ge=1)
+    disable_gc: bool = _f()
+
+
+@dataclass(frozen=True)
+class StatisticsSection:
+    ci_method: str = _f(choices=("bootstrap-percentile",))
+    ci_level: float = _f(gt=0.0, le=0.9999)
+    ci_target_rel_width: float = _f(gt=0.0)
+    bootstrap_resamples: int = _f(ge=100)
+
+
+@dataclass(frozen=True)
+class CorrectnessSection:
+    near_constant_rel_spread: float = _f(ge=0.0)
+    recheck_delay_s: float = _f(ge=0.0)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = _f(ge=0.0)
+    atol: float = _f(ge=0.0)
+
+
+@dataclass(frozen=True)
+class BreakerSection:
+    max_speedup: float = _f(gt=1.0)
+
+
+@dataclass(frozen=True)
+class ProbesSection:
+    max_examples: int = _f(ge=0)
+    shape_examples: int = _f(ge=0)
+    deadline_s: float = _f(gt=0.0)
+
+
+@dataclass(frozen=True)
+class SandboxSection:
+    timeout_s: float = _f(gt=0.0)
+    memory_mb: int = _f(ge=64)
+    start_timeout_s: float = _f(gt=0.0)
+
+
+@dataclass(frozen=True)
+class IntegritySection:
+    wall_clock_max_unexplained: float = _f(ge=0.0, le=1.0)
+    wall_clock_slack_s: float = _f(ge=0.0)
+    baseline_max_slowdown: float = _f(ge=1.0)
+    verify_rounds: int = _f(ge=0)
+    max_new_threads: int = _f(ge=0)
+
+
+@dataclass(frozen=True)
+class CudaSection:
+    l2_flush_factor: int = _f(ge=2)
+    graph_below_s: float = _f(ge=0.0)
+    event_host_max_ratio: float = _f(ge=1.0)
+
+
+@dataclass(frozen=True)
+class DevicesSection:
+    cuda: CudaSection = _f()
+
+
+@dataclass(frozen=True)
+class BarsSection:
+    fast_p_thresholds: tuple[float, ...] = _f()
+    level1_min_correct_fraction: float = _f(ge=0.0, le=1.0)
+    level1_min_median_speedup: float = _f(gt=0.0)
+
+
+@dataclass(frozen=True)
+class BandsSection:
+    saturation: float = _f(ge=0.0)
+    anchoring: float = _f(ge=0.0)
+
+
+@dataclass(frozen=True)
+class SurfaceSection:
+    modifiable: tuple[str, ...] = _f()
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The frozen measurement protocol. ``sha256`` is the digest of the file's exact bytes."""
+
+    protocol: ProtocolMeta = _f()
+    seeds: SeedsSection = _f()
+    timing: TimingSection = _f()
+    statistics: StatisticsSection = _f()
+    correctness: CorrectnessSection = _f()
+    tolerance: Mapping[str, Tolerance] = _f()
+    breaker: BreakerSection = _f()
+    probes: ProbesSection = _f()
+    sandbox: SandboxSection = _f()
+    integrity: IntegritySection = _f()
+    devices: DevicesSection = _f()
+    bars: BarsSection = _f()
+    bands: BandsSection = _f()
+    surface: SurfaceSection = _f()
+    # not from the file:
+    sha256: str = field(default="", compare=False)
+    path: str = field(default="", compare=False)
+    text: str = field(default="", compare=False, repr=False)
+
+    @property
+    def version(self) -> str:
+        return self.protocol.version
+
+    def tolerance_for(self, dtype_name: str) -> Tolerance | None:
+        """Tolerance for a floating dtype name (``"float32"``); ``None`` for exact (integer/bool) dtypes."""
+        return self.tolerance.get(dtype_name)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("sha256", "path", "text"):
+                continue
+            out[f.name] = _to_plain(getattr(self, f.name))
+        return out
+
+
+def _to_plain(v):
+    if dataclasses.is_dataclass(v):
+        return {f.name: _to_plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, Mapping):
+        return {k: _to_plain(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return [_to_plain(x) for x in v]
+    return v
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_protocol(path: str | Path) -> Protocol:
+    """Read and validate a protocol file. Raises :class:`ProtocolError` naming the key and the fix."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ProtocolError(f"cannot read protocol file {p}: {e.strerror}; check the path or permissions") from e
+    return parse_protocol(raw, source=str(p))
+
+
+def parse_protocol(raw: bytes, source: str = "protocol.toml") -> Protocol:
+    try:
+        text = raw.decode("utf-8")
+        data = tomllib.loads(text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ProtocolError(f"{source} is not valid TOML: {e}; fix the syntax at the position given") from e
+    values = _build(Protocol, data, source, prefix="", skip=("sha256", "path", "text"))
+    proto = Protocol(**values, sha256=sha256_bytes(raw), path=source, text=text)
+    _cross_checks(proto, source)
+    return proto
+
+
+def _cross_checks(proto: Protocol, source: str) -> None:
+    if proto.timing.max_pairs < proto.timing.min_pairs:
+        raise ProtocolError(
+            f"{source}: [timing].max_pairs ({proto.timing.max_pairs}) is below [timing].min_pairs "
+            f"({proto.timing.min_pairs}); raise max_pairs or lower min_pairs"
+        )
+    if "float32" not in proto.tolerance:
+        raise ProtocolError(f"{source}: [tolerance.float32] is missing; add it with rtol and atol")
+    if not proto.bars.fast_p_thresholds:
+        raise ProtocolError(f"{source}: [bars].fast_p_thresholds is empty; list at least one threshold, e.g. [1.0]")
+
+
+def _type_name(tp) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _build(cls, data: Any, source: str, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    where = f"[{prefix}]" if prefix else "the top level"
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{source}: {where} must be a table; write it as [{prefix}] with keys under it")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in skip}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        key = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
+        raise ProtocolError(
+            f"{source}: unknown key '{key}' in {where}; remove it or fix its spelling "
+            f"(known: {', '.join(sorted(fields))})"
+        )
+    out: dict[str, Any] = {}
+    for name, f in fields.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if name not in data:
+            raise ProtocolError(f"{source}: missing key '{key}'; add it (see docs/protocol.md)")
+        out[name] = _convert(hints[name], data[name], source, key, f.metadata.get("rule", {}))
+    return out
+
+
+def _convert(tp, value: Any, source: str, key: str, rule: dict) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return tp(**_build(tp, value, source, key))
+    if origin in (collections.abc.Mapping, dict):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{source}: '{key}' must be a table of [{key}.<name>] sections")
+        _, vt = typing.get_args(tp)
+        result = {}
+        for k, v in value.items():
+            if key == "tolerance" and k not in _FLOAT_DTYPES:
+                raise ProtocolError(
+                    f"{source}: unknown dtype '{key}.{k}'; use one of {', '.join(_FLOAT_DTYPES)}"
+                )
+            result[k] = _convert(vt, v, source, f"{key}.{k}", {})
+        return types.MappingProxyType(result)
+    if origin is tuple:
+        (et, *_rest) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ProtocolError(f"{source}: '{key}' must be an array, got {type(value).__name__}; write [ ... ]")
+        return tuple(_convert(et, v, source, f"{key}[{i}]", {}) for i, v in enumerate(value))
+    # scalars
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ProtocolError(f"{source}: '{key}' must be true or false, got {value!r}")
+    elif tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError(f"{source}: '{key}' must be an integer, got {value!r} ({type(value).__name__})")
+    elif tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProtocolError(f"{source}: '{key}' must be a number, got {value!r} ({type(value).__name__})")
+        value = float(value)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ProtocolError(f"{source}: '{key}' must be a finite number, got {value!r}")
+    elif tp is str:
+        if not isinstance(value, str) or not value:
+            raise ProtocolError(f"{source}: '{key}' must be a non-empty string, got {value!r}")
+    else:  # pragma: no cover - schema bug
+        raise TypeError(f"unsupported protocol field type {_type_name(tp)}")
+    ge, gt, le, choices = rule.get("ge"), rule.get("gt"), rule.get("le"), rule.get("choices")
+    if choices is not None and value not in choices:
+        raise ProtocolError(f"{source}: '{key}' = {value!r} is not supported; use one of {', '.join(choices)}")
+    if ge is not None and value < ge:
+        raise ProtocolError(f"{source}: '{key}' = {value!r} must be >= {ge}; set a value of at least {ge}")
+    if gt is not None and value <= gt:
+        raise ProtocolError(f"{source}: '{key}' = {value!r} must be > {gt}; set a larger value")
+    if le is not None and value > le:
+        raise ProtocolError(f"{source}: '{key}' = {value!r} must be <= {le}; set a value of at most {le}")
+    return value
+
+
+def find_protocol(rootdir: str | Path | None) -> Path:
+    """The rootdir's protocol.toml if it has one, else the copy shipped in the package."""
+    if rootdir is not None:
+        candidate = Path(rootdir) / "protocol.toml"
+        if candidate.is_file():
+            return candidate
+    return PACKAGED_PROTOCOL

@@ -1,0 +1,54 @@
+"""The frozen-protocol registry: which digest each protocol version must have.
+
+This file is part of the harness (outside the modification surface). A protocol is *frozen* when the sha256 of
+its exact bytes is the one pinned here for its ``[protocol].version``. Pinning a new version is a deliberate
+release step: edit protocol.toml, bump the version, run ``autotune protocol digest`` and add the line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ProtocolError
+from .protocol import Protocol
+
+#: version -> sha256 of protocol.toml's bytes
+FROZEN_PROTOCOLS: dict[str, str] = {
+    "1": "fada7b3f05c26cdd81175d31a33257c235e67c79c20da44d021a003d31dd0302",
+}
+
+
+@dataclass(frozen=True)
+class FreezeStatus:
+    frozen: bool
+    message: str  # empty when frozen; otherwise what is wrong and the fix
+
+
+def freeze_status(proto: Protocol, extra: dict[str, str] | None = None) -> FreezeStatus:
+    """Is ``proto`` the pinned protocol of its version? ``extra`` adds pins (from the
+    ``pytest_autotune_frozen_protocols`` hook)."""
+    pins = dict(FROZEN_PROTOCOLS)
+    if extra:
+        for version, digest in extra.items():
+            if version in pins and pins[version] != digest:
+                raise ProtocolError(
+                    f"protocol version {version!r} is pinned twice with different digests; "
+                    "give your protocol its own version string"
+                )
+            pins[version] = digest
+    pinned = pins.get(proto.version)
+    if pinned is None:
+        return FreezeStatus(
+            False,
+            f"protocol version {proto.version!r} ({proto.path}) is not frozen: pin its digest {proto.sha256} "
+            "in pytest_autotune/protocol_registry.py (or through the pytest_autotune_frozen_protocols hook), "
+            "or run with --autotune-exploratory",
+        )
+    if pinned != proto.sha256:
+        return FreezeStatus(
+            False,
+            f"protocol.toml changed without a version bump ({proto.path}: sha256 {proto.sha256[:12]}..., "
+            f"version {proto.version!r} is pinned to {pinned[:12]}...): bump [protocol].version and pin the new "
+            "digest, or restore the file; --autotune-exploratory records it as exploratory",
+        )
+    return FreezeStatus(True, "")

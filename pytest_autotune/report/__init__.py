@@ -1,1 +1,1 @@
-"""report"""
+"""Reports: terminal summary table and the JSON report (DESIGN §6)."""

@@ -1,0 +1,63 @@
+"""The built-in parts, registered as ordinary implementations of pytest-autotune's own hooks (hookspec.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .gates.base import Gate
+from .gates.breaker import BreakerGate
+from .gates.correctness import CorrectnessGate
+from .gates.integrity import (
+    BaselineSanityGate,
+    DeviceClockGate,
+    TamperGate,
+    ThreadGate,
+    TimedOutputsGate,
+    WallClockGate,
+)
+from .gates.probes import ProbeGate
+from .measure.devices.base import DeviceSpec
+from .provenance import ProvenanceKey, builtin_keys
+
+
+class BuiltinParts:
+    @pytest.hookimpl(trylast=True)
+    def pytest_autotune_provenance_keys(self, config: Any) -> list[ProvenanceKey]:
+        return builtin_keys()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_autotune_gates(self, config: Any) -> list[Gate]:
+        from .session import SESSION_KEY
+
+        session = config.stash.get(SESSION_KEY, None)
+        release_lookup = session.release_for if session is not None else None
+        probe_seed = config.getoption("autotune_probe_seed", None)
+        return [
+            TamperGate(),
+            CorrectnessGate(),
+            ProbeGate(probe_seed_override=probe_seed),
+            WallClockGate(),
+            ThreadGate(),
+            TimedOutputsGate(),
+            DeviceClockGate(),
+            BaselineSanityGate(),
+            BreakerGate(release_lookup),
+        ]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_autotune_devices(self, config: Any) -> list[DeviceSpec]:
+        return [
+            DeviceSpec("cpu", "pytest_autotune.measure.devices.cpu:CpuDevice", "host CPU, protocol thread count"),
+            DeviceSpec("cuda", "pytest_autotune.measure.devices.cuda:CudaDevice", "NVIDIA GPU, CUDA events"),
+            DeviceSpec("mlx", "pytest_autotune.measure.devices.mlx:MlxDevice", "MLX (held-out retest leg)"),
+        ]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_autotune_engines(self, config: Any) -> list:
+        return []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_autotune_frozen_protocols(self, config: Any) -> dict[str, str]:
+        return {}

@@ -1,0 +1,104 @@
+"""The gate interface. Gates are plugins (``pytest_autotune_gates``); the built-in ones use the same interface.
+
+A gate looks at the evidence gathered so far for one item (:class:`GateContext`) and either passes (returns
+``None``) or refuses (returns a :class:`GateOutcome`). Gates run in the controller; they may ask the item's
+sandbox for more candidate outputs (``ctx.candidate_outputs``) and compute golden outputs (``ctx.golden``),
+but they never hand golden outputs to the sandbox.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..measure.devices.base import Device
+    from ..measure.schedule import TimingEvidence
+    from ..problems.loader import LoadedProblem
+    from ..problems.model import BaselineRef, CandidateRef
+    from ..protocol import Protocol
+    from ..result import Measurement
+    from ..sandbox.runner import Sandbox
+    from ..seeds import SeedSource
+
+STAGES = ("correctness", "probe", "integrity", "breaker")
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    gate: str  # the report's gate name: correctness | probe | integrity | timing | breaker | <custom>
+    reason: str
+    verdict: str = "rejected"  # rejected | quarantined | error
+    details: dict = field(default_factory=dict)
+
+    @classmethod
+    def refuse(cls, gate: str, reason: str, **details: Any) -> "GateOutcome":
+        return cls(gate, reason, "rejected", details)
+
+    @classmethod
+    def quarantine(cls, gate: str, reason: str, **details: Any) -> "GateOutcome":
+        return cls(gate, reason, "quarantined", details)
+
+
+class Gate:
+    """Subclass and set ``name`` and ``stages``; implement :meth:`check`."""
+
+    name: ClassVar[str] = "gate"
+    stages: ClassVar[tuple[str, ...]] = ()
+    #: only run when timing is recorded (``--autotune``); correctness-only runs skip the gate
+    needs_timing: ClassVar[bool] = False
+
+    def check(self, ctx: "GateContext", stage: str) -> Optional[GateOutcome]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass
+class BaselineChoice:
+    """The strongest frozen baseline of a problem on a device, with what the clean process measured."""
+
+    baseline: "BaselineRef"
+    baseline_sha256: str
+    gain_vs_reference: float  # strongest / reference speedup (1.0 when the reference is strongest)
+    clean_per_call_s: float  # median per-call time of the strongest baseline in a process with no candidate
+    clean_samples: list = field(default_factory=list)
+    candidates_considered: dict = field(default_factory=dict)  # name -> speedup vs reference
+    error: Optional[str] = None
+
+
+@dataclass
+class GateContext:
+    nodeid: str
+    protocol: "Protocol"
+    problem: "LoadedProblem"
+    candidate: "CandidateRef"
+    device: "Device"
+    seeds: "SeedSource"
+    sizes: dict
+    sandbox: Optional["Sandbox"] = None
+    measuring: bool = False
+    golden: Callable[[dict], Any] = lambda recipe: None
+    baseline: Optional[BaselineChoice] = None
+    timing: Optional["TimingEvidence"] = None
+    measurement: Optional["Measurement"] = None
+    import_tamper: list = field(default_factory=list)
+    threads_added_by_import: int = 0
+    warnings: list = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+    probe_summary: dict = field(default_factory=lambda: {"status": "disabled"})
+    correctness_seeds: tuple = ()
+
+    def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None) -> list[dict]:
+        """Run the candidate in the sandbox on ``recipes``; one result dict per recipe (see sandbox.child)."""
+        assert self.sandbox is not None
+        reply = self.sandbox.request({
+            "cmd": "outputs", "arm": "candidate", "recipes": recipes,
+            "recheck_delay": self.protocol.correctness.recheck_delay_s if delay is None else delay,
+        }, phase="correctness")
+        if not reply.get("ok"):
+            raise CandidateFailure(str(reply.get("error")))
+        self.details.setdefault("tamper_seen", []).extend(reply.get("tamper", []))
+        return reply["results"]
+
+
+class CandidateFailure(Exception):
+    """The candidate raised inside the sandbox while a gate asked for outputs."""

@@ -1,0 +1,95 @@
+"""The correctness gate: before anything is timed, the candidate must reproduce the golden outputs.
+
+Golden outputs come from the reference, computed in the controller on inputs built from the run's paired seeds
+(``[seeds].count`` of them). The sandbox only ever sees the seeds. A candidate fails when an output differs
+beyond the dtype's tolerance, has NaN/Inf, the wrong shape, dtype or device, when it modified an input, when its
+output changed after the call returned, or when it left threads running.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .base import Gate, GateContext, GateOutcome
+from .compare import as_list, compare_outputs
+
+
+def expected_location(ctx: GateContext) -> str:
+    return "mlx" if ctx.device.framework == "mlx" else ctx.device.name
+
+
+class CorrectnessGate(Gate):
+    name = "correctness"
+    stages = ("correctness",)
+
+    def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
+        seeds = ctx.seeds.seeds("correctness", ctx.protocol.seeds.count)
+        ctx.correctness_seeds = seeds
+        recipes = [{"seed": s} for s in seeds]
+        results = ctx.candidate_outputs(recipes)
+        if len(results) != len(recipes):
+            return GateOutcome.refuse("integrity", "the sandbox answered for a different number of inputs")
+        worst = 0.0
+        for recipe, res in zip(recipes, results):
+            where = f"seed {recipe['seed']}"
+            if "error" in res:
+                return GateOutcome.refuse("correctness", f"{where}: {res['error']}")
+            golden = ctx.golden(recipe)
+            loc = res.get("location")
+            if loc != expected_location(ctx):
+                return GateOutcome.refuse(
+                    "correctness", f"{where}: output is on {loc!r}, expected {expected_location(ctx)!r}")
+            cmp = compare_outputs(res["output"], golden, ctx.protocol, where)
+            if not cmp.ok:
+                return GateOutcome.refuse("correctness", cmp.reason, max_abs_err=cmp.max_abs_err)
+            worst = max(worst, cmp.max_rel_err)
+            if res.get("mutated_inputs"):
+                return GateOutcome.refuse(
+                    "correctness", f"{where}: the candidate modified its input(s) {res['mutated_inputs']} "
+                    "(inputs must be unchanged after the call)")
+            if res.get("changed_after_return"):
+                return GateOutcome.refuse(
+                    "integrity", f"{where}: the output changed after the call returned "
+                    f"(re-read after {ctx.protocol.correctness.recheck_delay_s:g} s): work was still running "
+                    "after return (threads or side streams)")
+            if int(res.get("new_threads", 0)) > ctx.protocol.integrity.max_new_threads:
+                return GateOutcome.refuse(
+                    "integrity", f"{where}: {res['new_threads']} new thread(s) still running after the call returned")
+        ctx.details["max_rel_err"] = worst
+        ctx.warnings.extend(weak_problem_warnings(ctx, recipes[0]))
+        return None
+
+
+def weak_problem_warnings(ctx: GateContext, recipe: dict) -> list[str]:
+    """A reference whose outputs are (near) constant, or equal to an input, cannot tell a cheat from an honest
+    kernel by outputs alone: flag it so the problem gets fixed (the probes and the breaker still apply)."""
+    out: list[str] = []
+    golden = as_list(ctx.golden(recipe))
+    spread_tol = ctx.protocol.correctness.near_constant_rel_spread
+    for i, g in enumerate(golden):
+        if not isinstance(g, torch.Tensor) or g.numel() < 2 or not g.is_floating_point():
+            continue
+        g64 = g.to(torch.float64)
+        scale = float(g64.abs().max())
+        spread = float(g64.max() - g64.min())
+        if spread <= spread_tol * max(scale, 1e-300):
+            out.append(f"weak problem: reference output {i} is constant ({float(g64.reshape(-1)[0]):.6g}) on "
+                       "the paired seeds' inputs; a constant-returning candidate passes correctness")
+    inputs = ctx_inputs(ctx, recipe)
+    for i, g in enumerate(golden):
+        for j, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor) and isinstance(g, torch.Tensor) and x.shape == g.shape \
+                    and x.dtype == g.dtype and torch.equal(x.cpu(), g.cpu()):
+                out.append(f"weak problem: reference output {i} equals input {j} on the paired seeds' inputs "
+                           "(the op is the identity there); an identity candidate passes correctness")
+    return out
+
+
+def ctx_inputs(ctx: GateContext, recipe: dict) -> list[Any]:
+    from ..problems.inputs import materialize
+
+    r = dict(recipe)
+    r["sizes"] = {**ctx.sizes, **(recipe.get("sizes") or {})}
+    return materialize(ctx.problem, r)

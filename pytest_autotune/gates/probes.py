@@ -1,0 +1,190 @@
+"""Hypothesis-driven cheat probing: the candidate must match the reference on adversarial inputs too.
+
+From the problem's own ``get_inputs()`` the probe derives recipes: the same shapes with adversarial values
+(negatives, zeros, huge and tiny magnitudes, subnormals, mixed signs, spikes), non-contiguous layouts, and — where
+the problem declares ``AUTOTUNE_SHAPE_RANGES`` — other shapes. A few explicit examples always run first (they
+catch the classic cheats: an identity "ReLU" fails on all-negative inputs). Hypothesis draws the rest, seeded
+from the run's nonce; a failure reports the hypothesis seed and the failing recipe, which replays exactly
+(``--autotune-probe-seed``).
+
+Inputs on which the reference itself is not finite are skipped: the probe tests the candidate, not the problem.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import torch
+from hypothesis import HealthCheck, Phase, assume, given, seed, settings
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+
+from ..problems.inputs import LAYOUTS, PATTERNS
+from ..protocol import Protocol
+from .base import CandidateFailure, Gate, GateContext, GateOutcome
+from .compare import as_list, compare_outputs
+
+SCALES = (1e-3, 1.0, 1e3, 1e6, 1e12, 1e30)
+
+
+class ProbeMismatch(AssertionError):
+    def __init__(self, message: str, recipe: dict) -> None:
+        super().__init__(message)
+        self.recipe = recipe
+
+
+def explicit_recipes(signature: list[dict], base_seed: int) -> list[dict]:
+    """Adversarial examples that always run: every float input negative, zero, huge, non-contiguous."""
+    n = len(signature)
+
+    def each(p: Optional[dict]) -> list:
+        return [p if s.get("floating") else None for s in signature]
+
+    out = [
+        {"seed": base_seed, "values": each({"name": "negative"})},
+        {"seed": base_seed + 1, "values": each({"name": "alternating_sign"})},
+        {"seed": base_seed + 2, "values": each({"name": "mixed_magnitude", "seed": 3})},
+        {"seed": base_seed + 3, "layout": ["transpose" if s.get("tensor") else None for s in signature]},
+        {"seed": base_seed + 4, "values": each({"name": "large", "scale": 1e6})},
+        {"seed": base_seed + 5, "values": each({"name": "zeros"})},
+    ]
+    return out if n else []
+
+
+def recipe_strategy(signature: list[dict], shape_ranges: dict[str, tuple[int, int]]) -> st.SearchStrategy:
+    pattern = st.one_of(
+        st.none(),
+        st.fixed_dictionaries({
+            "name": st.sampled_from(PATTERNS),
+            "scale": st.sampled_from(SCALES),
+            "seed": st.integers(0, 2**31 - 1),
+        }),
+    )
+    values = st.tuples(*[pattern if s.get("floating") else st.none() for s in signature]).map(list)
+    layout = st.tuples(*[st.sampled_from(LAYOUTS) if s.get("tensor") else st.none() for s in signature]).map(list)
+    fields: dict[str, Any] = {"seed": st.integers(0, 2**62), "values": values, "layout": layout}
+    if shape_ranges:
+        fields["sizes"] = st.fixed_dictionaries({k: st.integers(lo, hi) for k, (lo, hi) in shape_ranges.items()})
+    return st.fixed_dictionaries(fields)
+
+
+def run_probe(check_one: Callable[[dict], None], signature: list[dict], shape_ranges: dict, examples: int,
+              probe_seed: int, deadline_s: float) -> dict:
+    """Run explicit recipes, then ``examples`` hypothesis-drawn ones. Raises :class:`ProbeMismatch`."""
+    started = time.monotonic()
+    ran = {"explicit": 0, "random": 0, "skipped": 0}
+    for r in explicit_recipes(signature, probe_seed % (2**40)):
+        try:
+            check_one(r)
+            ran["explicit"] += 1
+        except _Skip:
+            ran["skipped"] += 1
+    if examples <= 0:
+        return ran
+
+    @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
+              phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @seed(probe_seed)
+    @given(recipe_strategy(signature, shape_ranges))
+    def probe(recipe: dict) -> None:
+        if time.monotonic() - started > deadline_s:
+            return
+        try:
+            check_one(recipe)
+            ran["random"] += 1
+        except _Skip:
+            ran["skipped"] += 1
+            assume(False)
+
+    try:
+        probe()
+    except Unsatisfiable:
+        pass
+    return ran
+
+
+class _Skip(Exception):
+    """The reference itself is not finite (or the input is out of the problem's domain) on this recipe."""
+
+
+class ProbeGate(Gate):
+    name = "probe"
+    stages = ("probe",)
+
+    def __init__(self, probe_seed_override: Optional[int] = None) -> None:
+        self.probe_seed_override = probe_seed_override
+
+    def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
+        p: Protocol = ctx.protocol
+        if p.probes.max_examples == 0 and p.probes.shape_examples == 0:
+            ctx.probe_summary = {"status": "disabled"}
+            return None
+        from .correctness import ctx_inputs
+
+        sig_inputs = ctx_inputs(ctx, {"seed": ctx.seeds.seed("probe-signature")})
+        from ..problems.inputs import inputs_signature
+
+        signature = inputs_signature(sig_inputs)
+        probe_seed = self.probe_seed_override if self.probe_seed_override is not None else ctx.seeds.seed("probe")
+        failures: list[ProbeMismatch] = []
+
+        def check_one(recipe: dict) -> None:
+            try:
+                golden = ctx.golden(recipe)
+            except Exception as e:  # noqa: BLE001 - out of the problem's domain (e.g. shape not supported)
+                raise _Skip(str(e)) from None
+            if any(isinstance(g, torch.Tensor) and g.is_floating_point() and not bool(torch.isfinite(g).all())
+                   for g in as_list(golden)):
+                raise _Skip("reference not finite")
+            try:
+                res = ctx.candidate_outputs([recipe], delay=0.0)[0]
+            except CandidateFailure as e:
+                err = ProbeMismatch(f"the candidate raised: {e}", recipe)
+                failures.append(err)
+                raise err from None
+            if "error" in res:
+                err = ProbeMismatch(res["error"], recipe)
+                failures.append(err)
+                raise err
+            cmp = compare_outputs(res["output"], golden, p, "output")
+            problems = [] if cmp.ok else [cmp.reason]
+            if res.get("mutated_inputs"):
+                problems.append(f"modified input(s) {res['mutated_inputs']}")
+            if problems:
+                err = ProbeMismatch("; ".join(problems), recipe)
+                failures.append(err)
+                raise err
+
+        ranges = ctx.problem.shape_ranges if p.probes.shape_examples else {}
+        summary: dict[str, Any] = {"seed": probe_seed}
+        try:
+            ran = run_probe(check_one, signature, {}, p.probes.max_examples, probe_seed, p.probes.deadline_s)
+            summary.update(ran)
+            if ranges:
+                ran2 = run_probe(lambda r: check_one({**r, "values": None, "layout": None}), signature, ranges,
+                                 p.probes.shape_examples, probe_seed ^ 0x5A5A, p.probes.deadline_s)
+                summary["shapes"] = ran2["random"]
+        except ProbeMismatch as e:
+            first = failures[0] if failures else e
+            ctx.probe_summary = {"status": "failed", **summary}
+            return GateOutcome.refuse(
+                "probe", f"{first} on adversarial input {describe_recipe(first.recipe)}; "
+                f"replay with --autotune-probe-seed={probe_seed}",
+                hypothesis_seed=probe_seed, recipe=first.recipe)
+        ctx.probe_summary = {"status": "passed", **summary}
+        return None
+
+
+def describe_recipe(recipe: dict) -> str:
+    parts = [f"seed={recipe.get('seed')}"]
+    vals = [v["name"] + (f"x{v['scale']:g}" if "scale" in v and v["name"] in ("large", "spikes", "constant") else "")
+            for v in (recipe.get("values") or []) if v]
+    if vals:
+        parts.append("values=" + ",".join(vals))
+    lay = [x for x in (recipe.get("layout") or []) if x and x != "contiguous"]
+    if lay:
+        parts.append("layout=" + ",".join(lay))
+    if recipe.get("sizes"):
+        parts.append("sizes=" + ",".join(f"{k}={v}" for k, v in recipe["sizes"].items()))
+    return "{" + " ".join(parts) + "}"

@@ -1,0 +1,154 @@
+"""The paired timing schedule, driven by the controller.
+
+Round ``r``: the sandbox prepares two input groups (``k`` distinct input sets each, from seeds the controller
+draws now), then runs ``A(p1) B(p1) B(p2) A(p2)`` and returns four raw samples. Every input set is seen exactly
+once by each arm, so no arm can replay an earlier answer. After the round, the controller asks for fingerprints
+of the candidate outputs at positions it chooses only then. Rounds go on until the CI is narrow enough
+(``[statistics].ci_target_rel_width``), ``max_pairs`` is reached or the item's budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from ..protocol import Protocol
+from ..sandbox.runner import Sandbox
+from ..seeds import SeedSource
+from .stats import PairedEstimate, paired_estimate
+
+
+class TimingRefused(Exception):
+    """The sandbox misbehaved during timing in a way that is the candidate's doing (gate ``timing``)."""
+
+
+@dataclass
+class RoundRecord:
+    index: int
+    recipes_p1: list
+    recipes_p2: list
+    samples: list  # [[device_s, host_s] x 4] in order A1 B1 B2 A2
+    wall_s: float  # controller's clock from "go" sent to samples received
+    prints: list  # candidate output fingerprints: [B1 calls..., B2 calls...]
+    new_threads: int
+
+
+@dataclass
+class TimingEvidence:
+    calls_per_sample: int
+    rounds: list[RoundRecord] = field(default_factory=list)
+    estimate: Optional[PairedEstimate] = None
+    ci_target_met: bool = False
+    stop_reason: str = ""
+    rtt_s: float = 0.0
+    calibration: dict = field(default_factory=dict)
+    tamper: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def pairs(self) -> tuple[list[float], list[float]]:
+        """Per-call (baseline, candidate) times of each pair (two pairs per round)."""
+        k = self.calls_per_sample
+        base, cand = [], []
+        for r in self.rounds:
+            a1, b1, b2, a2 = (s[0] / k for s in r.samples)
+            base += [a1, a2]
+            cand += [b1, b2]
+        return base, cand
+
+
+def choose_calls_per_sample(per_call_s: dict[str, float], proto: Protocol) -> int:
+    fastest = max(min(per_call_s.values()), 1e-9)
+    k = math.ceil(proto.timing.min_sample_s / fastest)
+    return int(min(max(k, 1), proto.timing.max_calls_per_sample))
+
+
+def measure_rtt(box: Sandbox, n: int = 5) -> float:
+    best = float("inf")
+    for _ in range(n):
+        t0 = time.perf_counter()
+        box.request({"cmd": "ping"}, phase="timing")
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats_seed: int,
+                      extra_recipe: Optional[dict] = None, should_stop: Optional[Callable[[], bool]] = None,
+                      budget_s: Optional[float] = None) -> TimingEvidence:
+    t = proto.timing
+    st = proto.statistics
+    base_recipe = dict(extra_recipe or {})
+
+    def recipe(purpose: str, i: int) -> dict:
+        r = dict(base_recipe)
+        r["seed"] = seeds.seed(purpose, i)
+        return r
+
+    t_start = time.perf_counter()
+    warm = [recipe("warmup", i) for i in range(max(1, t.warmup_calls))]
+    cal = box.request({"cmd": "calibrate", "warmup": warm}, phase="warm-up")
+    if not cal.get("ok"):
+        raise TimingRefused(f"warm-up failed: {cal.get('error')}")
+    per_call = cal["per_call_s"]
+    k = choose_calls_per_sample(per_call, proto)
+    ev = TimingEvidence(calls_per_sample=k, calibration=per_call)
+    ev.tamper += cal.get("tamper", [])
+    ev.rtt_s = measure_rtt(box)
+    budget = t.item_budget_s if budget_s is None else budget_s
+    n_seed = 0
+    while True:
+        r_index = len(ev.rounds)
+        p1 = [recipe("timing", n_seed + j) for j in range(k)]
+        p2 = [recipe("timing", n_seed + k + j) for j in range(k)]
+        n_seed += 2 * k
+        prep = box.request({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing")
+        if not prep.get("ok"):
+            raise TimingRefused(f"preparing round {r_index} failed: {prep.get('error')}")
+        t0 = time.perf_counter()
+        go = box.request({"cmd": "go"}, phase="timing")
+        wall = time.perf_counter() - t0
+        if not go.get("ok"):
+            raise TimingRefused(f"timed round {r_index} failed: {go.get('error')}")
+        fp = box.request({"cmd": "fingerprint", "positions_seed": secrets.randbits(63)}, phase="timing")
+        if not fp.get("ok"):
+            raise TimingRefused(f"reading round {r_index} outputs failed: {fp.get('error')}")
+        ev.tamper += fp.get("tamper", [])
+        samples = go["samples"]
+        if (not isinstance(samples, list) or len(samples) != 4
+                or not all(isinstance(s, list) and len(s) == 2 for s in samples)):
+            raise TimingRefused("the sandbox returned malformed samples")
+        ev.rounds.append(RoundRecord(r_index, p1, p2, samples, wall, fp["prints"], int(go.get("new_threads", 0))))
+        n_pairs = 2 * len(ev.rounds)
+        elapsed = time.perf_counter() - t_start
+        if n_pairs >= t.min_pairs and (n_pairs - t.min_pairs) % t.check_every < 2:
+            base, cand = ev.pairs()
+            try:
+                ev.estimate = paired_estimate(base, cand, level=st.ci_level, resamples=st.bootstrap_resamples,
+                                              seed=stats_seed)
+            except ValueError as e:
+                raise TimingRefused(str(e)) from None
+            if ev.estimate.rel_width <= st.ci_target_rel_width:
+                ev.ci_target_met = True
+                ev.stop_reason = f"CI narrower than {st.ci_target_rel_width:.0%} after {n_pairs} pairs"
+                break
+        if n_pairs >= t.max_pairs:
+            ev.stop_reason = f"max_pairs ({t.max_pairs}) reached"
+            break
+        if elapsed >= budget and n_pairs >= t.min_pairs:
+            ev.stop_reason = f"item budget of {budget:g} s spent after {n_pairs} pairs"
+            break
+        if should_stop is not None and should_stop():
+            ev.stop_reason = "interrupted"
+            break
+    base, cand = ev.pairs()
+    try:
+        ev.estimate = paired_estimate(base, cand, level=st.ci_level, resamples=st.bootstrap_resamples,
+                                      seed=stats_seed)
+    except ValueError as e:
+        raise TimingRefused(str(e)) from None
+    if not ev.ci_target_met and ev.estimate.rel_width <= st.ci_target_rel_width:
+        ev.ci_target_met = True
+    ev.elapsed_s = time.perf_counter() - t_start
+    return ev

@@ -1,0 +1,265 @@
+"""The pytest plugin: options, configuration, collection of kernel items, verdicts, summary, xdist glue.
+
+Every (problem × candidate × device) is a :class:`KernelItem` whose node id reads
+``benchmarks/kernels/level1/19_relu.py::clamp[cpu]``. The flow runs in the item's ``setup`` (so a crash, hang
+or memory blow-up of the sandbox is a pytest *error*), and ``runtest`` turns a refusal into a *failure* whose
+message names the gate.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from . import hookspec
+from .builtin import BuiltinParts
+from .errors import AutotuneUsageError, ProblemLoadError
+from .flow import FlowVerdict, KernelItemSpec
+from .problems.discovery import candidates_for, is_problem_file
+from .problems.loader import LoadedProblem
+from .problems.model import AA_CANDIDATE_NAME, CandidateRef, ProblemRef, SourceFile
+from .session import SESSION_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY, AutotuneSession
+
+BUNDLED_ROOT = Path("benchmarks") / "kernels"
+_VERDICT_KEY = pytest.StashKey[FlowVerdict]()
+
+
+def _device_choice(value: str) -> str:
+    if not value or not value.replace("_", "").replace("-", "").isalnum():
+        raise pytest.UsageError(f"--device={value!r}: give a device name such as cpu, cuda or mlx")
+    return value
+
+
+def _existing_dir(value: str) -> str:
+    p = Path(value).expanduser()
+    if not p.is_dir():
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{value!r} is not a directory; pass a folder of problem/candidate files")
+    return value
+
+
+def _seed(value: str) -> int:
+    import argparse
+
+    try:
+        v = int(value, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer seed") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("the probe seed must be >= 0")
+    return v
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("autotune", "pytest-autotune: trustworthy kernel benchmarks")
+    g.addoption("--autotune", action="store_true", default=False,
+                help="time and record kernel items. Without it, items run the correctness gate and probes only "
+                     "and nothing is recorded.")
+    g.addoption("--device", dest="autotune_device", default="cpu", type=_device_choice, metavar="NAME",
+                help="where to measure: cpu (default), cuda, mlx (the held-out retest leg), or a device "
+                     "registered by the pytest_autotune_devices hook.")
+    g.addoption("--autotune-db", dest="autotune_db", default=None, metavar="PATH",
+                help="SQLite results store (default: .autotune/results.db under the rootdir).")
+    g.addoption("--autotune-json", dest="autotune_json", default=None, metavar="PATH",
+                help="write the JSON report (schema pytest-autotune/report/1) to PATH.")
+    g.addoption("--problems", dest="autotune_problems", action="append", default=[], type=_existing_dir,
+                metavar="DIR", help="also collect KernelBench-format problem files from DIR (repeatable).")
+    g.addoption("--candidates", dest="autotune_candidates", action="append", default=[], type=_existing_dir,
+                metavar="DIR", help="also collect candidates laid out as DIR/<problem_stem>/<name>.py (repeatable).")
+    g.addoption("--autotune-exploratory", dest="autotune_exploratory", action="store_true", default=False,
+                help="allow an unfrozen protocol.toml; every row is then marked exploratory.")
+    g.addoption("--autotune-aa", dest="autotune_aa", action="store_true", default=False,
+                help="add an A/A item per problem (the reference against itself: must read ~1.0x).")
+    g.addoption("--autotune-probe-seed", dest="autotune_probe_seed", default=None, type=_seed, metavar="N",
+                help="replay the hypothesis cheat probes with this seed (printed when a probe fails).")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "autotune_problem(path): the KernelBench problem a hand-written test measures")
+    config.pluginmanager.register(BuiltinParts(), "autotune-builtin")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(), "autotune-xdist")
+    try:
+        session = AutotuneSession(config)
+    except AutotuneUsageError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.stash[SESSION_KEY] = session
+    _extend_collection_args(config, session)
+
+
+def _extend_collection_args(config: pytest.Config, session: AutotuneSession) -> None:
+    """``--problems DIR`` adds DIR to what pytest collects; run with no path arguments (and no testpaths) it
+    replaces the invocation directory, so `pytest --problems X` from anywhere collects X only."""
+    dirs = [str(p) for p in session.opts.problems]
+    if not dirs:
+        return
+    source = getattr(config, "args_source", None)
+    if source == pytest.Config.ArgsSource.INVOCATION_DIR:
+        config.args[:] = dirs
+        return
+    have = [Path(a.split("::")[0]).resolve() for a in config.args]
+    for d in session.opts.problems:
+        if not any(d == h or h in d.parents for h in have):
+            config.args.append(str(d))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        session.finish()
+
+
+def _roots(config: pytest.Config) -> list[Path]:
+    session = config.stash.get(SESSION_KEY, None)
+    extra = session.opts.problems if session else []
+    return [Path(config.rootpath) / BUNDLED_ROOT, *extra]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    if file_path.suffix == ".py" and is_problem_file(file_path, _roots(parent.config)):
+        return ProblemFile.from_parent(parent, path=file_path)
+    return None
+
+
+class ProblemFile(pytest.File):
+    """A KernelBench problem file. Loading it (trusted code) tells whether it is usable; candidates are
+    only listed here, never imported (that happens in the sandbox)."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        session: AutotuneSession = self.config.stash[SESSION_KEY]
+        device = session.opts.device
+        pref = ProblemRef(self.path.stem, self.path)
+        try:
+            problem = LoadedProblem.load(SourceFile.read(self.path))
+        except ProblemLoadError as e:
+            yield BrokenFileItem.from_parent(self, name=f"load[{device}]", reason=f"{e.path}: {e.reason}")
+            return
+        kind = "mlx" if session.device.framework == "mlx" else "torch"
+        if kind == "mlx" and problem.mlx_model is None:
+            return
+        cands = candidates_for(pref, session.opts.candidates, kind)  # type: ignore[arg-type]
+        if session.opts.aa:
+            cands = [CandidateRef(AA_CANDIDATE_NAME, None, kind), *cands]  # type: ignore[arg-type]
+        for c in cands:
+            spec = KernelItemSpec(nodeid="", problem=pref, candidate=c, device=device)
+            yield KernelItem.from_parent(self, name=f"{c.name}[{device}]", spec=spec)
+
+
+class AutotuneWarning(UserWarning):
+    """Something about an item deserves a look (weak problem, CI target missed, baseline ignored...)."""
+
+
+class AutotuneFailure(Exception):
+    """A gate refused the item (pytest failure)."""
+
+
+class AutotuneError(Exception):
+    """The item could not be measured: sandbox crash, hang, memory limit (pytest error)."""
+
+
+class KernelItem(pytest.Item):
+    def __init__(self, *, spec: KernelItemSpec, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.spec = KernelItemSpec(nodeid=self.nodeid, problem=spec.problem, candidate=spec.candidate,
+                                   device=spec.device)
+        self.add_marker(pytest.mark.autotune)
+        self.extra_keyword_matches.update({spec.problem.name, spec.candidate.name, spec.device})
+
+    def setup(self) -> None:
+        session: AutotuneSession = self.config.stash[SESSION_KEY]
+        verdict = session.run_item(self.spec)
+        self.stash[_VERDICT_KEY] = verdict
+        o = verdict.outcome
+        self.user_properties.append(("autotune_verdict", o.verdict))
+        if o.gate:
+            self.user_properties.append(("autotune_gate", o.gate))
+        if o.measurement is not None:
+            m = o.measurement
+            self.user_properties += [("speedup", f"{m.speedup:.4f}"), ("ci_low", f"{m.ci_low:.4f}"),
+                                     ("ci_high", f"{m.ci_high:.4f}"), ("baseline", o.baseline or ""),
+                                     ("n_pairs", str(m.n_pairs))]
+        if o.verdict == "error":
+            raise AutotuneError(f"ERROR ({o.gate}): {o.reason}")
+
+    def runtest(self) -> None:
+        verdict = self.stash[_VERDICT_KEY]
+        o = verdict.outcome
+        for w in o.warnings:
+            warnings.warn(AutotuneWarning(f"{self.spec.problem.name}/{self.spec.candidate.name}: {w}"), stacklevel=1)
+        if o.verdict == "quarantined":
+            raise AutotuneFailure(o.reason)
+        if o.verdict == "rejected":
+            raise AutotuneFailure(f"REJECTED by {o.gate}: {o.reason}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, (AutotuneFailure, AutotuneError)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, Optional[int], str]:
+        return self.path, None, f"{self.spec.problem.name} / {self.spec.candidate.name} on {self.spec.device}"
+
+
+class BrokenFileItem(pytest.Item):
+    """A problem file that cannot be used: one failed item naming the file and the reason."""
+
+    def __init__(self, *, reason: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.reason = reason
+
+    def runtest(self) -> None:
+        session: AutotuneSession = self.config.stash[SESSION_KEY]
+        from .result import ItemOutcome
+
+        session.outcomes.append(ItemOutcome(nodeid=self.nodeid, kind="kernel", problem=self.path.stem,
+                                            candidate="-", device=session.opts.device, verdict="rejected",
+                                            gate="load", reason=self.reason))
+        if session.is_worker:
+            session.worker_payload.outcomes.append(session.outcomes[-1].to_json())
+        raise AutotuneFailure(f"REJECTED by load: {self.reason}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, AutotuneFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[Path, Optional[int], str]:
+        return self.path, None, f"{self.path.name}: unusable problem file"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None or session.is_worker or not session.outcomes:
+        return
+    from .report.terminal import write_summary
+
+    write_summary(terminalreporter, session)
+
+
+class XdistHooks:
+    """Registered only when pytest-xdist is installed (its hooks are unknown otherwise)."""
+
+    def pytest_configure_node(self, node: Any) -> None:
+        session: AutotuneSession = node.config.stash[SESSION_KEY]
+        node.workerinput[WORKER_INPUT_KEY] = session.worker_input()
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        session: AutotuneSession = node.config.stash[SESSION_KEY]
+        output = getattr(node, "workeroutput", None)
+        if output:
+            session.ingest_worker(output)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        config = session.config
+        s = config.stash.get(SESSION_KEY, None)
+        if s is not None and s.is_worker:
+            config.workeroutput[WORKER_OUTPUT_KEY] = s.worker_output()  # type: ignore[attr-defined]

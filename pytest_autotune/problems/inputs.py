@@ -1,0 +1,142 @@
+"""Input recipes: a small JSON-able description from which the controller and the sandbox build bit-identical
+inputs, so no input tensor ever has to cross the boundary and golden outputs never do.
+
+A recipe is ``{"seed": int, "values": [pattern|None per input], "layout": [layout|None per input],
+"sizes": {global: int}}``; only ``seed`` is required. Patterns (adversarial values for probes) and layouts
+(non-contiguous views) only touch floating-point tensors; integer inputs (indices, counts) are left as the
+problem made them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from .loader import LoadedProblem, seed_everything
+
+PATTERNS = (
+    "as_is",
+    "negative",
+    "nonnegative",
+    "zeros",
+    "ones",
+    "constant",
+    "large",
+    "tiny",
+    "subnormal",
+    "mixed_magnitude",
+    "alternating_sign",
+    "spikes",
+)
+LAYOUTS = ("contiguous", "stride", "transpose", "offset")
+
+
+def _finfo(dtype: torch.dtype) -> torch.finfo:
+    return torch.finfo(dtype)
+
+
+def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torch.Tensor:
+    """Return a tensor of ``t``'s shape/dtype whose values follow ``pattern`` (deterministic given its seed)."""
+    name = pattern.get("name", "as_is")
+    if not t.is_floating_point() or name == "as_is":
+        out = t.clone()
+    else:
+        gen = torch.Generator().manual_seed(int(pattern.get("seed", 0)))
+        base = t.to(torch.float64)
+        scale = float(pattern.get("scale", 1.0))
+        fi = _finfo(t.dtype)
+        if name == "negative":
+            v = -base.abs()
+        elif name == "nonnegative":
+            v = base.abs()
+        elif name == "zeros":
+            v = torch.zeros_like(base)
+        elif name == "ones":
+            v = torch.ones_like(base)
+        elif name == "constant":
+            v = torch.full_like(base, scale)
+        elif name == "large":
+            # scale is a fraction of the dtype's range in log space, kept finite after the op in most problems
+            v = base * min(scale, fi.max / 16)
+        elif name == "tiny":
+            v = base * max(fi.tiny * 64, 1e-30 if t.dtype in (torch.float32, torch.float64) else fi.tiny * 64)
+        elif name == "subnormal":
+            v = base.sign() * fi.tiny * torch.rand(base.shape, generator=gen, dtype=torch.float64) * 0.5
+        elif name == "mixed_magnitude":
+            exps = torch.randint(-6, 7, base.shape, generator=gen).to(torch.float64)
+            v = base * torch.pow(10.0, exps)
+        elif name == "alternating_sign":
+            flat = base.abs().reshape(-1).clone()
+            flat[1::2] *= -1
+            v = flat.reshape(base.shape)
+        elif name == "spikes":
+            v = torch.zeros_like(base)
+            mask = torch.rand(base.shape, generator=gen, dtype=torch.float64) < 0.01
+            v[mask] = base[mask] * scale
+        else:
+            raise ValueError(f"unknown value pattern {name!r}")
+        out = v.to(t.dtype)
+    if t.is_floating_point() and domain in ("nonnegative", "positive"):
+        out = out.abs()
+        if domain == "positive":
+            out = out + _finfo(t.dtype).tiny * 16
+            out[out == 0] = 1.0
+    return out
+
+
+def apply_layout(t: torch.Tensor, layout: Optional[str]) -> torch.Tensor:
+    """Same values and shape, different memory layout (non-contiguous views)."""
+    if layout in (None, "contiguous") or t.dim() == 0 or t.numel() == 0:
+        return t
+    if layout == "transpose" and t.dim() >= 2:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout in ("stride", "transpose"):
+        shape = list(t.shape)
+        big = torch.empty(shape[:-1] + [shape[-1] * 2], dtype=t.dtype, device=t.device)
+        big[..., ::2] = t
+        return big[..., ::2]
+    if layout == "offset":
+        flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+        view = flat[1:].view(t.shape)
+        view.copy_(t)
+        return view
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None) -> list:
+    """Build the inputs of ``recipe`` (on CPU from the seed, then ``to_device``, then the layout)."""
+    sizes = recipe.get("sizes") or {}
+    with problem.sizes(sizes):
+        inputs = problem.raw_inputs(int(recipe["seed"]))
+    values: Sequence[Optional[dict]] = recipe.get("values") or []
+    layouts: Sequence[Optional[str]] = recipe.get("layout") or []
+    domain = problem.input_domain
+    out = []
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            pattern = values[i] if i < len(values) else None
+            if pattern:
+                x = apply_pattern(x, pattern, domain)
+            if to_device is not None:
+                x = to_device(x)
+            layout = layouts[i] if i < len(layouts) else None
+            x = apply_layout(x, layout)
+        out.append(x)
+    return out
+
+
+def inputs_signature(inputs: Sequence[Any]) -> list[dict]:
+    """Shapes/dtypes of the inputs (for probe strategies and reports)."""
+    sig = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            sig.append({"tensor": True, "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
+                        "floating": bool(x.is_floating_point())})
+        else:
+            sig.append({"tensor": False, "type": type(x).__name__})
+    return sig
+
+
+__all__ = ["PATTERNS", "LAYOUTS", "materialize", "apply_pattern", "apply_layout", "inputs_signature",
+           "seed_everything"]

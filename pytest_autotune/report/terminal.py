@@ -1,0 +1,50 @@
+"""The session-end table: problem, candidate, verdict, speedup [CI], baseline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..gates.breaker import format_speedup
+from .json_report import bars, summarize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..session import AutotuneSession
+
+
+def _fmt(x: float) -> str:
+    return format_speedup(x)
+
+
+def write_summary(tr: Any, session: "AutotuneSession") -> None:
+    outs = sorted(session.outcomes, key=lambda o: (o.problem, o.candidate))
+    tr.write_sep("=", f"pytest-autotune: {len(outs)} item(s) on {session.opts.device}"
+                      + ("" if session.opts.measuring else " (correctness only: add --autotune to time)"))
+    rows = [("problem", "candidate", "verdict", "speedup [95% CI]", "vs naive", "baseline", "pairs")]
+    for o in outs:
+        m = o.measurement
+        if m is not None:
+            sp = f"{_fmt(m.speedup)} [{_fmt(m.ci_low)}, {_fmt(m.ci_high)}]" + ("" if m.ci_target_met else " *")
+            naive = _fmt(m.strawman_speedup)
+            pairs = str(m.n_pairs)
+        else:
+            sp, naive, pairs = "-", "-", "-"
+        verdict = o.verdict if not o.gate else f"{o.verdict} ({o.gate})"
+        rows.append((o.problem, o.candidate, verdict, sp, naive, o.baseline or "-", pairs))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, r in enumerate(rows):
+        tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), bold=(i == 0))
+    if any(o.measurement is not None and not o.measurement.ci_target_met for o in outs):
+        tr.write_line("* CI target not reached within the item's time budget (see warnings)")
+    s = summarize(outs, session.protocol.bars.fast_p_thresholds, session.opts.measuring)
+    fp = ", ".join(f"fast_{k}={'-' if v is None else f'{v:.2f}'}" for k, v in s["fast_p"].items())
+    med = "-" if s["median_speedup"] is None else _fmt(s["median_speedup"])
+    tr.write_line(f"accepted {s['accepted']}, rejected {s['rejected']}, quarantined {s['quarantined']}, "
+                  f"error {s['error']}; {fp}; median speedup {med}")
+    if session.opts.measuring:
+        tr.write_line("bars: " + ", ".join(f"{b['name']} {b['status']}" for b in bars(s, session)))
+    status = "frozen" if session.freeze.frozen else "NOT FROZEN (exploratory)"
+    tr.write_line(f"protocol {session.protocol.version} sha256 {session.protocol.sha256[:16]}... {status}")
+    if session.opts.measuring and session.store is not None:
+        tr.write_line(f"run {session.run_id} recorded in {session.opts.db}")
+    for err in session.store_errors:
+        tr.write_line(f"STORE: {err}", red=True)

@@ -1,0 +1,308 @@
+"""AutotuneSession: one per pytest process. Owns the run record, the store (controller only), the flow and the
+outcomes for the report.
+
+Roles: without xdist the one process is the controller and does everything. Under xdist the controller
+creates the run (nonce, run id) and hands it to workers through ``workerinput``; workers measure and return
+their rows through ``workeroutput``; only the controller writes the database.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from .errors import AutotuneUsageError, StoreError, ValidatorRefusal
+from .flow import FlowEnv, FlowVerdict, KernelFlow, KernelItemSpec
+from .measure.devices.base import Device, DeviceSpec
+from .measure.lock import DeviceLock
+from .protocol import Protocol, find_protocol, load_protocol
+from .protocol_registry import freeze_status
+from .provenance import ProvenanceError, collect, git_state
+from .result import ItemOutcome, RunRecord
+from .sandbox.runner import SandboxPool
+from .seeds import new_nonce, nonce_commitment
+
+SESSION_KEY = pytest.StashKey["AutotuneSession"]()
+WORKER_INPUT_KEY = "pytest_autotune"
+WORKER_OUTPUT_KEY = "pytest_autotune"
+
+
+@dataclass
+class Options:
+    measuring: bool
+    device: str
+    db: Optional[Path]
+    json_path: Optional[Path]
+    problems: list[Path]
+    candidates: list[Path]
+    exploratory: bool
+    aa: bool
+    probe_seed: Optional[int]
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "Options":
+        g = config.getoption
+        db = g("autotune_db")
+        js = g("autotune_json")
+        return cls(
+            measuring=bool(g("autotune")),
+            device=g("autotune_device"),
+            db=Path(db).expanduser().resolve() if db else Path(config.rootpath) / ".autotune" / "results.db",
+            json_path=Path(js).expanduser().resolve() if js else None,
+            problems=[Path(p).expanduser().resolve() for p in (g("autotune_problems") or [])],
+            candidates=[Path(p).expanduser().resolve() for p in (g("autotune_candidates") or [])],
+            exploratory=bool(g("autotune_exploratory")),
+            aa=bool(g("autotune_aa")),
+            probe_seed=g("autotune_probe_seed"),
+        )
+
+
+@dataclass
+class WorkerPayload:
+    rows: list = field(default_factory=list)  # [{"table":..., "row":..., "nodeid":...}]
+    outcomes: list = field(default_factory=list)
+
+
+class AutotuneSession:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.opts = Options.from_config(config)
+        self.is_worker = hasattr(config, "workerinput")
+        self.protocol: Protocol = load_protocol(find_protocol(config.rootpath))
+        pins: dict[str, str] = {}
+        for extra in config.hook.pytest_autotune_frozen_protocols(config=config):
+            pins.update(extra or {})
+        self.freeze = freeze_status(self.protocol, pins)
+        self.device_spec = self._device_spec()
+        device_cls = self.device_spec.load()
+        reason = device_cls.unavailable_reason()
+        if reason:
+            raise AutotuneUsageError(reason)
+        self.device_index = self._device_index()
+        self.device: Device = device_cls(index=self.device_index, options=self._device_options())
+        if self.opts.measuring and not self.freeze.frozen and not self.opts.exploratory:
+            raise AutotuneUsageError(self.freeze.message)
+        self.exploratory = self.opts.exploratory or not self.freeze.frozen
+        self.outcomes: list[ItemOutcome] = []
+        self.store = None
+        self.run: Optional[RunRecord] = None
+        self.releases: dict[tuple[str, str], int] = {}
+        self.worker_payload = WorkerPayload()
+        self.store_errors: list[str] = []
+        self._flow: Optional[KernelFlow] = None
+        self._pool: Optional[SandboxPool] = None
+        if self.is_worker:
+            wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
+            self.nonce = bytes.fromhex(wi["nonce"])
+            self.run_id = wi["run_id"]
+            self.releases = {(p, s): int(i) for p, s, i in wi["releases"]}
+        else:
+            self.nonce = new_nonce()
+            self.run_id = uuid.uuid4().hex
+            if self.opts.measuring:
+                self._open_store()
+
+    # ---------------------------------------------------------------------------------------- setup
+    def _device_spec(self) -> DeviceSpec:
+        specs: dict[str, DeviceSpec] = {}
+        for group in self.config.hook.pytest_autotune_devices(config=self.config):
+            for spec in group or []:
+                specs.setdefault(spec.name, spec)
+        if self.opts.device not in specs:
+            raise AutotuneUsageError(
+                f"--device={self.opts.device} is not a known device; use one of {', '.join(sorted(specs))} "
+                "(or register one with the pytest_autotune_devices hook)")
+        return specs[self.opts.device]
+
+    def _device_index(self) -> int:
+        """Under xdist on a multi-GPU host, worker gwN owns GPU N mod count."""
+        if self.opts.device != "cuda" or not self.is_worker:
+            return 0
+        import torch
+
+        wid = self.config.workerinput.get("workerid", "gw0")  # type: ignore[attr-defined]
+        n = torch.cuda.device_count()
+        try:
+            k = int(str(wid).lstrip("gw"))
+        except ValueError:
+            k = 0
+        return k % max(n, 1)
+
+    def _device_options(self) -> dict:
+        if self.opts.device == "cuda":
+            c = self.protocol.devices.cuda
+            return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s}
+        return {}
+
+    def _open_store(self) -> None:
+        from .store import ResultStore
+
+        assert self.opts.db is not None
+        try:
+            self.store = ResultStore.open(self.opts.db)
+        except StoreError:
+            raise
+        self.store.register_protocol(self.protocol, frozen=self.freeze.frozen)
+        self.run = self._run_record()
+        self.store.begin_run(self.run)
+        self.releases = {}
+        for q in self.store.quarantine_list():
+            for rel in q.get("releases") or []:
+                self.releases[(q["problem"], q["candidate_sha256"])] = int(rel["id"])
+
+    def _run_record(self) -> RunRecord:
+        git_sha, dirty = git_state(Path(self.config.rootpath))
+        facts = {
+            "protocol_sha256": self.protocol.sha256, "protocol_version": self.protocol.version,
+            "protocol_frozen": self.freeze.frozen, "git_sha": git_sha, "git_dirty": dirty,
+            "device": self.opts.device, "device_fingerprint": self.device.fingerprint(),
+            "nonce_sha256": nonce_commitment(self.nonce), "cpu_threads": self.protocol.timing.cpu_threads,
+        }
+        keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
+        try:
+            prov = collect(keys, "run", facts)
+        except ProvenanceError as e:
+            raise AutotuneUsageError(f"cannot record this run: {e}") from None
+        return RunRecord(
+            run_id=self.run_id,
+            started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds"),
+            protocol_version=self.protocol.version, protocol_sha256=self.protocol.sha256,
+            protocol_frozen=self.freeze.frozen, exploratory=self.exploratory, git_sha=git_sha, git_dirty=dirty,
+            harness_version=prov["harness_version"], harness_sha256=prov["harness_sha256"], host=prov["host"],
+            device=self.opts.device, device_fingerprint=prov["device_fingerprint"],
+            python_version=prov["python_version"], torch_version=prov["torch_version"],
+            numpy_version=prov["numpy_version"], mlx_version=prov.get("mlx_version"),
+            nonce_sha256=prov["nonce_sha256"], argv=tuple(prov["argv"]), provenance=prov,
+        )
+
+    def worker_input(self) -> dict:
+        return {"nonce": self.nonce.hex(), "run_id": self.run_id,
+                "releases": [[p, s, i] for (p, s), i in self.releases.items()]}
+
+    def release_for(self, problem: str, candidate_sha256: str) -> Optional[int]:
+        return self.releases.get((problem, candidate_sha256))
+
+    # ---------------------------------------------------------------------------------------- items
+    def flow(self) -> KernelFlow:
+        if self._flow is None:
+            p = self.protocol
+            self.device.setup(p.timing.cpu_threads)
+            self._pool = SandboxPool(threads=p.timing.cpu_threads, timeout_s=p.sandbox.timeout_s,
+                                     memory_mb=p.sandbox.memory_mb, start_timeout_s=p.sandbox.start_timeout_s,
+                                     env_extra=self._sandbox_env())
+            gates = [g for group in self.config.hook.pytest_autotune_gates(config=self.config) for g in group]
+            keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
+            env = FlowEnv(
+                protocol=p, device_spec=self.device_spec, device=self.device, pool=self._pool, nonce=self.nonce,
+                gates=gates, measuring=self.opts.measuring, run_id=self.run_id, exploratory=self.exploratory,
+                item_provenance=lambda facts: collect(keys, "item", facts), lock=DeviceLock(self.device.lock_key),
+                budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
+            )
+            self._flow = KernelFlow(env)
+        return self._flow
+
+    def _sandbox_env(self) -> dict[str, str]:
+        if self.opts.device == "cuda":
+            return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        return {}
+
+    def run_item(self, spec: KernelItemSpec) -> FlowVerdict:
+        verdict = self.flow().run(spec)
+        if self.opts.measuring:
+            self._record(verdict)
+        self.outcomes.append(verdict.outcome)
+        if self.is_worker:
+            self.worker_payload.outcomes.append(verdict.outcome.to_json())
+        return verdict
+
+    def _record(self, verdict: FlowVerdict) -> None:
+        o = verdict.outcome
+        rows: list[tuple[str, dict]] = []
+        if verdict.result is not None:
+            rows.append(("results", verdict.result.as_row()))
+        elif verdict.quarantine is not None:
+            rows.append(("quarantine", verdict.quarantine.as_row()))
+        if o.verdict != "accepted":
+            from .result import Rejection
+
+            rows.append(("rejections", Rejection(self.run_id, o.nodeid, o.problem, o.candidate, o.device,
+                                                 o.gate or "", o.verdict, o.reason[:4000]).as_row()))
+        for table, row in rows:
+            if self.is_worker:
+                self._dry_run(table, row)
+                self.worker_payload.rows.append({"table": table, "row": row, "nodeid": o.nodeid})
+            else:
+                self.write_row(table, row, o.nodeid)
+
+    def _dry_run(self, table: str, row: dict) -> None:
+        """Workers check each row against the same validator (an in-memory copy) before handing it over."""
+        from .store import dry_run_insert
+
+        if self.run is None:
+            self.run = self._run_record()
+        try:
+            dry_run_insert(self.run, self.protocol, table, row, nonce=self.nonce)
+        except ValidatorRefusal as e:
+            self.store_errors.append(f"{row.get('nodeid', '?')}: {table} row refused by rule {e.rule}: {e}")
+
+    def write_row(self, table: str, row: dict, nodeid: str) -> Optional[int]:
+        assert self.store is not None
+        try:
+            rid = self.store.insert_row(table, row, nonce=self.nonce if table in ("results", "quarantine") else None)
+        except ValidatorRefusal as e:
+            self.store_errors.append(f"{nodeid}: {table} row refused by the database validator ({e.rule}): {e}")
+            return None
+        self.config.hook.pytest_autotune_result_written(row=row, table=table, row_id=rid, config=self.config)
+        return rid
+
+    # ---------------------------------------------------------------------------------------- xdist
+    def ingest_worker(self, output: dict) -> None:
+        payload = output.get(WORKER_OUTPUT_KEY) or {}
+        for o in payload.get("outcomes", []):
+            self.outcomes.append(ItemOutcome.from_json(o))
+        for err in payload.get("store_errors", []):
+            self.store_errors.append(err)
+        if self.store is not None:
+            for r in payload.get("rows", []):
+                self.write_row(r["table"], r["row"], r.get("nodeid", "?"))
+
+    def worker_output(self) -> dict:
+        return {"rows": self.worker_payload.rows, "outcomes": self.worker_payload.outcomes,
+                "store_errors": self.store_errors}
+
+    # ---------------------------------------------------------------------------------------- end
+    def finish(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        if not self.is_worker and self.store is not None and self.run is not None:
+            try:
+                self.store.finish_run(self.run.run_id, self.nonce)
+            finally:
+                self.store.close()
+        if not self.is_worker and self.opts.json_path is not None:
+            from .report.json_report import build_report, write_report
+
+            write_report(self.opts.json_path, build_report(self))
+
+    def run_json(self) -> dict:
+        if self.run is not None:
+            row = self.run.as_row()
+            row["device_fingerprint"] = self.run.device_fingerprint
+            row["argv"] = list(self.run.argv)
+            row["provenance"] = self.run.provenance
+            return row
+        return {"run_id": self.run_id, "protocol_version": self.protocol.version,
+                "protocol_sha256": self.protocol.sha256, "protocol_frozen": self.freeze.frozen,
+                "exploratory": self.exploratory, "device": self.opts.device, "recorded": False}
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)

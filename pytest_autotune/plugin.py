@@ -83,8 +83,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "autotune: a kernel item collected by pytest-autotune")
     config.addinivalue_line("markers", "autotune_problem(path): the KernelBench problem a hand-written test measures")
     config.pluginmanager.register(BuiltinParts(), "autotune-builtin")
+    from . import fixtures
+
+    config.pluginmanager.register(fixtures, "autotune-fixtures")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "autotune-xdist")
     try:

@@ -1,0 +1,47 @@
+"""Test-suite configuration: pytester for end-to-end plugin tests, and a fast exploratory protocol for them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fast_protocol_text(**overrides: str) -> str:
+    """protocol.toml with short budgets for end-to-end tests (run them with --autotune-exploratory).
+    ``overrides`` maps "section.key" to a TOML literal."""
+    text = (REPO / "protocol.toml").read_text()
+    defaults = {
+        "timing.min_pairs": "8",
+        "timing.item_budget_s": "0.6",
+        "timing.check_every": "4",
+        "probes.max_examples": "6",
+        "probes.shape_examples": "2",
+    }
+    defaults.update(overrides)
+    lines = text.splitlines()
+    section = ""
+    out = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped.strip("[]")
+        key = stripped.split("=", 1)[0].strip() if "=" in stripped and not stripped.startswith("#") else None
+        full = f"{section}.{key}" if key else None
+        if full in defaults:
+            comment = ""
+            out.append(f"{key} = {defaults.pop(full)}{comment}")
+            continue
+        out.append(line)
+    if defaults:
+        raise KeyError(f"unknown protocol keys in overrides: {sorted(defaults)}")
+    return "\n".join(out) + "\n"
+
+
+@pytest.fixture
+def fast_protocol():
+    return fast_protocol_text

@@ -12,14 +12,14 @@ try:  # the MLX port is optional: the file must load without mlx
 except ImportError:  # pragma: no cover - depends on the machine
     mx = None
 
-batch_size = 16
-n = 64
-dim = 512
+batch_size = 32
+n = 32
+dim = 1024
 
 AUTOTUNE_SIZES = {
-    "cpu": {"batch_size": 16, "n": 64, "dim": 512},
+    "cpu": {"batch_size": 32, "n": 32, "dim": 1024},
     "cuda": {"batch_size": 256, "n": 64, "dim": 8192},
-    "mlx": {"batch_size": 16, "n": 64, "dim": 512},
+    "mlx": {"batch_size": 32, "n": 32, "dim": 1024},
 }
 AUTOTUNE_SHAPE_RANGES = {"batch_size": (1, 16), "n": (1, 64), "dim": (1, 1024)}
 

@@ -159,13 +159,17 @@ class KernelFlow:
         return box
 
     def _run_stage(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
-        for gate in self.env.gates:
-            if stage not in gate.stages or (gate.needs_timing and not ctx.measuring):
-                continue
-            verdict = gate.check(ctx, stage)
-            if verdict is not None:
-                return verdict
-        return None
+        t0 = time.perf_counter()
+        try:
+            for gate in self.env.gates:
+                if stage not in gate.stages or (gate.needs_timing and not ctx.measuring):
+                    continue
+                verdict = gate.check(ctx, stage)
+                if verdict is not None:
+                    return verdict
+            return None
+        finally:
+            ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,

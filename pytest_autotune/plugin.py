@@ -78,6 +78,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="allow an unfrozen protocol.toml; every row is then marked exploratory.")
     g.addoption("--autotune-aa", dest="autotune_aa", action="store_true", default=False,
                 help="add an A/A item per problem (the reference against itself: must read ~1.0x).")
+    g.addoption("--autotune-base", dest="autotune_base", default=None, metavar="REF",
+                help="check with git that every change since REF is inside [surface].modifiable of the protocol; "
+                     "otherwise refuse to record and name the files.")
     g.addoption("--autotune-probe-seed", dest="autotune_probe_seed", default=None, type=_seed, metavar="N",
                 help="replay the hypothesis cheat probes with this seed (printed when a probe fails).")
 
@@ -228,6 +231,7 @@ class BrokenFileItem(pytest.Item):
                                             gate="load", reason=self.reason))
         if session.is_worker:
             session.worker_payload.outcomes.append(session.outcomes[-1].to_json())
+        self.user_properties += [("autotune_verdict", "rejected"), ("autotune_gate", "load")]
         raise AutotuneFailure(f"REJECTED by load: {self.reason}")
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:

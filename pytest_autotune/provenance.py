@@ -143,6 +143,8 @@ def builtin_keys() -> list[ProvenanceKey]:
                       _ctx("nonce_sha256")),
         ProvenanceKey("cpu_threads", "run", int, "threads per sandbox ([timing].cpu_threads)", _ctx("cpu_threads")),
         ProvenanceKey("argv", "run", list, "command line", lambda c: list(sys.argv)),
+        ProvenanceKey("modification_surface", "run", dict, "--autotune-base check: changed files, outside files",
+                      _ctx("modification_surface"), required=False),
         ProvenanceKey("pid", "run", int, "controller process id", lambda c: os.getpid()),
         # item scope
         ProvenanceKey("problem_sha256", "item", str, "digest of the problem file", _ctx("problem_sha256")),

@@ -45,6 +45,7 @@ class Options:
     exploratory: bool
     aa: bool
     probe_seed: Optional[int]
+    base: Optional[str]
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -61,6 +62,7 @@ class Options:
             exploratory=bool(g("autotune_exploratory")),
             aa=bool(g("autotune_aa")),
             probe_seed=g("autotune_probe_seed"),
+            base=g("autotune_base"),
         )
 
 
@@ -90,6 +92,7 @@ class AutotuneSession:
         if self.opts.measuring and not self.freeze.frozen and not self.opts.exploratory:
             raise AutotuneUsageError(self.freeze.message)
         self.exploratory = self.opts.exploratory or not self.freeze.frozen
+        self.surface = self._check_surface()
         self.outcomes: list[ItemOutcome] = []
         self.store = None
         self.run: Optional[RunRecord] = None
@@ -110,6 +113,25 @@ class AutotuneSession:
                 self._open_store()
 
     # ---------------------------------------------------------------------------------------- setup
+    def _check_surface(self) -> Optional[dict]:
+        if not self.opts.base or self.is_worker:
+            return None
+        from .gates.surface import SurfaceError, check_surface
+
+        try:
+            rep = check_surface(Path(self.config.rootpath), self.opts.base, self.protocol.surface.modifiable)
+        except SurfaceError as e:
+            raise AutotuneUsageError(str(e)) from None
+        if not rep.ok and self.opts.measuring:
+            shown = ", ".join(rep.outside[:20]) + (f" (+{len(rep.outside) - 20} more)" if len(rep.outside) > 20 else "")
+            raise AutotuneUsageError(
+                f"refusing to record: the change since {self.opts.base} ({rep.base_sha[:12]}) touches files outside "
+                f"the modification surface [surface].modifiable = {list(self.protocol.surface.modifiable)}: {shown}. "
+                "Revert them (gates, protocol, problems and baselines are frozen), or measure without --autotune-base "
+                "and --autotune to look without recording.")
+        return {"base": rep.base, "base_sha": rep.base_sha, "changed": list(rep.changed),
+                "outside": list(rep.outside), "ok": rep.ok}
+
     def _device_spec(self) -> DeviceSpec:
         specs: dict[str, DeviceSpec] = {}
         for group in self.config.hook.pytest_autotune_devices(config=self.config):
@@ -164,6 +186,7 @@ class AutotuneSession:
             "protocol_frozen": self.freeze.frozen, "git_sha": git_sha, "git_dirty": dirty,
             "device": self.opts.device, "device_fingerprint": self.device.fingerprint(),
             "nonce_sha256": nonce_commitment(self.nonce), "cpu_threads": self.protocol.timing.cpu_threads,
+            "modification_surface": self.surface,
         }
         keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
         try:
@@ -298,6 +321,7 @@ class AutotuneSession:
             row["device_fingerprint"] = self.run.device_fingerprint
             row["argv"] = list(self.run.argv)
             row["provenance"] = self.run.provenance
+            row["db"] = str(self.opts.db)
             return row
         return {"run_id": self.run_id, "protocol_version": self.protocol.version,
                 "protocol_sha256": self.protocol.sha256, "protocol_frozen": self.freeze.frozen,

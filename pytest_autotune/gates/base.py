@@ -87,13 +87,18 @@ class GateContext:
     probe_summary: dict = field(default_factory=lambda: {"status": "disabled"})
     correctness_seeds: tuple = ()
 
-    def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None) -> list[dict]:
-        """Run the candidate in the sandbox on ``recipes``; one result dict per recipe (see sandbox.child)."""
+    def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None,
+                          meanwhile: Optional[Callable[[], Any]] = None) -> list[dict]:
+        """Run the candidate in the sandbox on ``recipes``; one result dict per recipe (see sandbox.child).
+        ``meanwhile`` runs in the controller while the sandbox computes (e.g. the golden outputs)."""
         assert self.sandbox is not None
-        reply = self.sandbox.request({
+        self.sandbox.send({
             "cmd": "outputs", "arm": "candidate", "recipes": recipes,
             "recheck_delay": self.protocol.correctness.recheck_delay_s if delay is None else delay,
         }, phase="correctness")
+        if meanwhile is not None:
+            meanwhile()
+        reply = self.sandbox.receive(phase="correctness")
         if not reply.get("ok"):
             raise CandidateFailure(str(reply.get("error")))
         self.details.setdefault("tamper_seen", []).extend(reply.get("tamper", []))

@@ -130,19 +130,28 @@ class ProbeGate(Gate):
         failures: list[ProbeMismatch] = []
 
         def check_one(recipe: dict) -> None:
-            try:
-                golden = ctx.golden(recipe)
-            except Exception as e:  # noqa: BLE001 - out of the problem's domain (e.g. shape not supported)
-                raise _Skip(str(e)) from None
-            if any(isinstance(g, torch.Tensor) and g.is_floating_point() and not bool(torch.isfinite(g).all())
-                   for g in as_list(golden)):
-                raise _Skip("reference not finite")
-            try:
-                res = ctx.candidate_outputs([recipe], delay=0.0)[0]
+            box: dict[str, Any] = {}
+
+            def compute_golden() -> None:
+                try:
+                    box["golden"] = ctx.golden(recipe)
+                except Exception as e:  # noqa: BLE001 - out of the problem's domain (e.g. shape not supported)
+                    box["skip"] = str(e)
+
+            try:  # the sandbox runs the candidate while the controller computes the golden output
+                res = ctx.candidate_outputs([recipe], delay=0.0, meanwhile=compute_golden)[0]
             except CandidateFailure as e:
+                if "skip" in box:
+                    raise _Skip(box["skip"]) from None
                 err = ProbeMismatch(f"the candidate raised: {e}", recipe)
                 failures.append(err)
                 raise err from None
+            if "skip" in box:
+                raise _Skip(box["skip"])
+            golden = box["golden"]
+            if any(isinstance(g, torch.Tensor) and g.is_floating_point() and not bool(torch.isfinite(g).all())
+                   for g in as_list(golden)):
+                raise _Skip("reference not finite")
             if "error" in res:
                 err = ProbeMismatch(res["error"], recipe)
                 failures.append(err)

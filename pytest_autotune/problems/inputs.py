@@ -37,46 +37,45 @@ def _finfo(dtype: torch.dtype) -> torch.finfo:
 
 
 def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torch.Tensor:
-    """Return a tensor of ``t``'s shape/dtype whose values follow ``pattern`` (deterministic given its seed)."""
+    """Return a tensor of ``t``'s shape/dtype whose values follow ``pattern`` (deterministic given its seed).
+    Computed in ``t``'s own dtype (scales are clamped to stay finite in it)."""
     name = pattern.get("name", "as_is")
     if not t.is_floating_point() or name == "as_is":
         out = t.clone()
     else:
         gen = torch.Generator().manual_seed(int(pattern.get("seed", 0)))
-        base = t.to(torch.float64)
-        scale = float(pattern.get("scale", 1.0))
         fi = _finfo(t.dtype)
+        scale = float(pattern.get("scale", 1.0))
+        safe_scale = min(scale, fi.max / 64)
         if name == "negative":
-            v = -base.abs()
+            out = -t.abs()
         elif name == "nonnegative":
-            v = base.abs()
+            out = t.abs()
         elif name == "zeros":
-            v = torch.zeros_like(base)
+            out = torch.zeros_like(t)
         elif name == "ones":
-            v = torch.ones_like(base)
+            out = torch.ones_like(t)
         elif name == "constant":
-            v = torch.full_like(base, scale)
+            out = torch.full_like(t, safe_scale)
         elif name == "large":
-            # scale is a fraction of the dtype's range in log space, kept finite after the op in most problems
-            v = base * min(scale, fi.max / 16)
+            out = t * safe_scale
         elif name == "tiny":
-            v = base * max(fi.tiny * 64, 1e-30 if t.dtype in (torch.float32, torch.float64) else fi.tiny * 64)
+            out = t * max(fi.tiny * 64, 1e-30 if t.dtype in (torch.float32, torch.float64) else fi.tiny * 64)
         elif name == "subnormal":
-            v = base.sign() * fi.tiny * torch.rand(base.shape, generator=gen, dtype=torch.float64) * 0.5
+            out = t.sign() * (torch.rand(t.shape, generator=gen, dtype=t.dtype) * (fi.tiny * 0.5))
         elif name == "mixed_magnitude":
-            exps = torch.randint(-6, 7, base.shape, generator=gen).to(torch.float64)
-            v = base * torch.pow(10.0, exps)
+            exps = torch.randint(-6, 7, t.shape, generator=gen).to(t.dtype)
+            out = t * torch.pow(torch.tensor(10.0, dtype=t.dtype), exps)
         elif name == "alternating_sign":
-            flat = base.abs().reshape(-1).clone()
-            flat[1::2] *= -1
-            v = flat.reshape(base.shape)
+            out = t.abs().reshape(-1).clone()
+            out[1::2] *= -1
+            out = out.reshape(t.shape)
         elif name == "spikes":
-            v = torch.zeros_like(base)
-            mask = torch.rand(base.shape, generator=gen, dtype=torch.float64) < 0.01
-            v[mask] = base[mask] * scale
+            out = torch.zeros_like(t)
+            mask = torch.rand(t.shape, generator=gen) < 0.01
+            out[mask] = t[mask] * safe_scale
         else:
             raise ValueError(f"unknown value pattern {name!r}")
-        out = v.to(t.dtype)
     if t.is_floating_point() and domain in ("nonnegative", "positive"):
         out = out.abs()
         if domain == "positive":

@@ -1,0 +1,293 @@
+"""End-to-end tests of the plugin through pytester (a fresh pytest process per run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import e2e_files as F
+from conftest import REPO, fast_protocol_text
+
+SCHEMA = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())
+
+
+def write(base: Path, rel: str, text: str) -> Path:
+    p = base / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return p
+
+
+def report(path: Path) -> dict:
+    import jsonschema
+
+    r = json.loads(path.read_text())
+    jsonschema.validate(r, SCHEMA)
+    return r
+
+
+def by_candidate(r: dict) -> dict:
+    return {(i["problem"], i["candidate"]): i for i in r["items"]}
+
+
+def fast(pytester: pytest.Pytester, **overrides: str) -> None:
+    (pytester.path / "protocol.toml").write_text(fast_protocol_text(**overrides))
+
+
+# --------------------------------------------------------------------------------------- collection
+
+
+def test_items_have_readable_ids_and_respect_k_and_help(pytester: pytest.Pytester):
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/softmax.py", F.SOFTMAX)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    write(pytester.path, "suite/candidates/softmax/fused.py", F.CAND_SOFTMAX)
+    write(pytester.path, "more/relu/other.py", F.CAND_RELU_CLAMP)
+    res = pytester.runpytest_subprocess("--problems=suite", "--candidates=more", "--co", "-q")
+    out = res.stdout.str()
+    assert "suite/relu.py::clamp[cpu]" in out
+    assert "suite/relu.py::other[cpu]" in out
+    assert "suite/softmax.py::fused[cpu]" in out
+    res = pytester.runpytest_subprocess("--problems=suite", "--candidates=more", "-k", "softmax", "--co", "-q")
+    assert "softmax.py::fused[cpu]" in res.stdout.str() and "clamp" not in res.stdout.str()
+    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    for opt in ("--autotune", "--device=NAME", "--autotune-db=PATH", "--autotune-json=PATH", "--problems=DIR",
+                "--candidates=DIR", "--autotune-exploratory", "--autotune-base=REF", "--autotune-probe-seed=N"):
+        assert opt in help_text, opt
+
+
+def test_correctness_only_run_passes_and_records_nothing(pytester: pytest.Pytester):
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune-json=r.json")
+    res.assert_outcomes(passed=1, failed=1)
+    assert not (pytester.path / ".autotune").exists()
+    items = by_candidate(report(pytester.path / "r.json"))
+    assert items[("relu", "clamp")]["verdict"] == "accepted" and items[("relu", "clamp")]["speedup"] is None
+    bf16 = items[("relu", "bf16")]
+    assert bf16["verdict"] == "rejected" and bf16["gate"] == "correctness" and "outside tolerance" in bf16["reason"]
+
+
+def test_bad_files_fail_one_item_each_and_never_abort_collection(pytester: pytest.Pytester):
+    write(pytester.path, "suite/a_syntax.py", F.BAD_SYNTAX)
+    write(pytester.path, "suite/b_no_model.py", F.NO_MODEL)
+    write(pytester.path, "suite/c_inputs_raise.py", F.INPUTS_RAISE)
+    write(pytester.path, "suite/candidates/c_inputs_raise/clamp.py", F.CAND_RELU_CLAMP)
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    write(pytester.path, "suite/candidates/relu/no_modelnew.py", F.CAND_NO_MODELNEW)
+    write(pytester.path, "suite/candidates/relu/returns_list.py", F.CAND_RETURNS_LIST)
+    write(pytester.path, "suite/candidates/relu/syntax.py", F.BAD_SYNTAX)
+    write(pytester.path, "suite/linear.py", F.LINEAR)
+    write(pytester.path, "suite/candidates/linear/addmm.py", F.CAND_LINEAR)
+    write(pytester.path, "suite/candidates/linear/bad_signature.py", F.CAND_BAD_SIGNATURE)
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune-json=r.json")
+    res.assert_outcomes(passed=2, failed=7)
+    out = res.stdout.str()
+    assert "a_syntax.py: syntax error at line 2" in out
+    assert "missing Model" in out
+    items = by_candidate(report(pytester.path / "r.json"))
+    assert items[("relu", "clamp")]["verdict"] == "accepted"
+    assert items[("linear", "addmm")]["verdict"] == "accepted"
+    assert "defines no class ModelNew" in items[("relu", "no_modelnew")]["reason"]
+    assert "not a tensor" in items[("relu", "returns_list")]["reason"]
+    assert "syntax error" in items[("relu", "syntax")]["reason"]
+    assert "get_init_inputs() (2 args)" in items[("linear", "bad_signature")]["reason"]
+    assert "get_inputs() raised ValueError: broken inputs" in out
+
+
+def test_x_stops_at_the_first_failure_and_junitxml_carries_the_verdict(pytester: pytest.Pytester):
+    write(pytester.path, "suite/a_bad.py", F.BAD_SYNTAX)
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    res = pytester.runpytest_subprocess("--problems=suite", "-x", "--junitxml=j.xml")
+    res.assert_outcomes(failed=1)
+    res = pytester.runpytest_subprocess("--problems=suite", "--junitxml=j.xml")
+    xml = (pytester.path / "j.xml").read_text()
+    assert 'name="autotune_verdict" value="accepted"' in xml
+    assert 'name="autotune_gate" value="load"' in xml
+
+
+# --------------------------------------------------------------------------------------- configuration errors
+
+
+def test_unavailable_or_unknown_devices_are_refused_before_collection(pytester: pytest.Pytester):
+    write(pytester.path, "suite/relu.py", F.RELU)
+    res = pytester.runpytest_subprocess("--problems=suite", "--device=tpu")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--device=tpu is not a known device" in res.stderr.str()
+    import torch
+
+    if not torch.cuda.is_available():
+        res = pytester.runpytest_subprocess("--problems=suite", "--device=cuda")
+        assert res.ret == pytest.ExitCode.USAGE_ERROR
+        assert "sees no CUDA GPU" in res.stderr.str()
+    fake = write(pytester.path, "fakemods/mlx/__init__.py", "raise ImportError('mlx is broken here')\n")
+    env_res = subprocess.run([sys.executable, "-m", "pytest", "--problems=suite", "--device=mlx"],
+                             cwd=pytester.path, capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(fake.parent.parent)})
+    assert env_res.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "mlx package is not importable" in env_res.stderr and "pip install" in env_res.stderr
+    assert "collected" not in env_res.stdout
+
+
+def test_unfrozen_protocol_refuses_to_record_unless_exploratory(pytester: pytest.Pytester):
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    fast(pytester)
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "changed without a version bump" in res.stderr.str()
+    assert not (pytester.path / ".autotune" / "results.db").exists()
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory")
+    res.assert_outcomes(passed=1)
+    con = sqlite3.connect(pytester.path / ".autotune" / "results.db")
+    assert con.execute("select exploratory from results").fetchall() == [(1,)]
+    assert con.execute("select protocol_frozen, exploratory from runs").fetchall() == [(0, 1)]
+
+
+def test_unusable_database_is_refused_and_left_untouched(pytester: pytest.Pytester):
+    write(pytester.path, "suite/relu.py", F.RELU)
+    db = pytester.path / ".autotune" / "results.db"
+    db.parent.mkdir()
+    garbage = b"this is not a database" * 100
+    db.write_bytes(garbage)
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert str(db) in res.stderr.str()
+    assert db.read_bytes() == garbage
+
+
+# --------------------------------------------------------------------------------------- measuring
+
+
+def test_full_run_from_any_directory_writes_a_valid_report_and_a_verifiable_db(pytester: pytest.Pytester):
+    """Issue 3: `pytest --autotune --problems X --candidates Y --autotune-json r.json` works from anywhere,
+    with the packaged (frozen) protocol."""
+    write(pytester.path, "X/linear.py", F.LINEAR)
+    write(pytester.path, "Y/linear/addmm.py", F.CAND_LINEAR)
+    elsewhere = pytester.path / "somewhere" / "else"
+    elsewhere.mkdir(parents=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "--autotune", "--problems", "../../X", "--candidates", "../../Y",
+         "--autotune-json", "r.json", "-p", "no:cacheprovider"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    r = report(elsewhere / "r.json")
+    assert r["run"]["protocol_frozen"] in (True, 1)
+    (item,) = r["items"]
+    assert item["verdict"] == "accepted" and item["ci"][0] <= item["speedup"] <= item["ci"][1]
+    assert item["n_pairs"] >= 12 and item["baseline"] == "reference"
+    assert "speedup [95% CI]" in res.stdout and "linear" in res.stdout
+    db = Path(r["run"]["db"])
+    assert db.is_file() and db.name == "results.db"
+    verify = subprocess.run([sys.executable, "-m", "pytest_autotune.cli", "verify", "--db", str(db)],
+                            capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pytester):
+    """Issue 3: a ReLU that returns its input on non-negative inputs is stopped (probe, or breaker without
+    probes); a bf16 downgrade is rejected by correctness."""
+    write(pytester.path, "suite/relu_nonneg.py", F.RELU_NONNEG)
+    write(pytester.path, "suite/candidates/relu_nonneg/identity.py", F.CAND_IDENTITY)
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
+    fast(pytester)
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                        "--autotune-json=r.json")
+    items = by_candidate(report(pytester.path / "r.json"))
+    ident = items[("relu_nonneg", "identity")]
+    assert ident["verdict"] == "rejected" and ident["gate"] == "probe"
+    assert "--autotune-probe-seed=" in ident["reason"]
+    assert any("weak problem" in w for w in ident["warnings"]) or ident["verdict"] == "rejected"
+    assert items[("relu", "bf16")]["gate"] == "correctness"
+    assert "speedup" not in json.dumps(items[("relu", "bf16")]["details"].get("stage_seconds", {}))
+    # without probes, the 10x breaker is what stops the identity
+    fast(pytester, **{"probes.max_examples": "0", "probes.shape_examples": "0"})
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                        "--autotune-json=r2.json", "-k", "identity")
+    ident = by_candidate(report(pytester.path / "r2.json"))[("relu_nonneg", "identity")]
+    assert ident["verdict"] == "quarantined" and ident["gate"] == "breaker"
+    assert "QUARANTINED" in ident["reason"] and "> 10x breaker" in ident["reason"]
+    assert "QUARANTINED" in res.stdout.str()
+    con = sqlite3.connect(pytester.path / ".autotune" / "results.db")
+    assert con.execute("select count(*) from results where candidate='identity'").fetchone() == (0,)
+    assert con.execute("select count(*) from quarantine where candidate='identity'").fetchone() == (1,)
+
+
+def test_aa_item_reads_about_one(pytester: pytest.Pytester):
+    write(pytester.path, "suite/softmax.py", F.SOFTMAX)
+    fast(pytester, **{"timing.item_budget_s": "2.0"})
+    pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-aa",
+                                  "--autotune-json=r.json")
+    (aa,) = report(pytester.path / "r.json")["items"]
+    assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted"
+    assert 0.67 < aa["speedup"] < 1.5  # paired A/A; the docs record the measured bias and CI coverage
+
+
+def test_strongest_declared_baseline_is_used_and_strawman_is_shown(pytester: pytest.Pytester):
+    write(pytester.path, "suite/softmax.py", F.SOFTMAX)
+    write(pytester.path, "suite/baselines/softmax/previous_best.py", F.CAND_SOFTMAX)
+    write(pytester.path, "suite/candidates/softmax/same_as_best.py", F.CAND_SOFTMAX)
+    fast(pytester, **{"timing.item_budget_s": "1.5"})
+    pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                  "--autotune-json=r.json")
+    (item,) = report(pytester.path / "r.json")["items"]
+    assert item["baseline"] == "previous_best"
+    # vs the strongest baseline it is about even; vs the naive reference it reads faster (the strawman number)
+    assert item["strawman_speedup"] > item["speedup"]
+    assert 0.67 < item["speedup"] < 1.5
+
+
+def test_modification_surface_is_enforced(pytester: pytest.Pytester):
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    fast(pytester, **{"timing.item_budget_s": "0.3"})
+    (pytester.path / "protocol.toml").write_text(
+        (pytester.path / "protocol.toml").read_text().replace('"candidates/**",', '"candidates/**",\n  "suite/candidates/**",'))
+    (pytester.path / ".gitignore").write_text("runpytest-*\nstdout\nstderr\n.autotune/\n__pycache__/\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], cwd=pytester.path, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=pytester.path, check=True)
+    subprocess.run(git + ["commit", "-qm", "base"], cwd=pytester.path, check=True)
+    # a change to the candidate only: allowed
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP + "\n# tuned\n")
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                        "--autotune-base=HEAD")
+    res.assert_outcomes(passed=1)
+    # a change to the problem (or the protocol, or a gate): refused, naming the file
+    write(pytester.path, "suite/relu.py", F.RELU.replace("dim = 4096", "dim = 64"))
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                        "--autotune-base=HEAD")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "outside the modification surface" in res.stderr.str() and "suite/relu.py" in res.stderr.str()
+
+
+def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: pytest.Pytester):
+    """Issue 5: -n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item."""
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/softmax.py", F.SOFTMAX)
+    write(pytester.path, "suite/linear.py", F.LINEAR)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
+    write(pytester.path, "suite/candidates/softmax/fused.py", F.CAND_SOFTMAX)
+    write(pytester.path, "suite/candidates/linear/addmm.py", F.CAND_LINEAR)
+    fast(pytester, **{"timing.item_budget_s": "0.3"})
+    args = ["--problems=suite", "--autotune", "--autotune-exploratory"]
+    pytester.runpytest_subprocess(*args, "-n", "0", "--autotune-json=r0.json", "--autotune-db=a.db")
+    pytester.runpytest_subprocess(*args, "-n", "2", "--autotune-json=r2.json", "--autotune-db=b.db")
+    v0 = {k: (i["verdict"], i["gate"]) for k, i in by_candidate(report(pytester.path / "r0.json")).items()}
+    v2 = {k: (i["verdict"], i["gate"]) for k, i in by_candidate(report(pytester.path / "r2.json")).items()}
+    assert v0 == v2 and len(v0) == 4
+    accepted = sorted(i["nodeid"] for i in report(pytester.path / "r2.json")["items"] if i["verdict"] == "accepted")
+    con = sqlite3.connect(pytester.path / "b.db")
+    assert sorted(r[0] for r in con.execute("select nodeid from results")) == accepted
+    assert con.execute("select count(*) from rejections").fetchone() == (1,)

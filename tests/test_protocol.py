@@ -1,0 +1,96 @@
+"""protocol.toml: frozen digest, strict loading, errors that name the key and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_autotune.errors import ProtocolError
+from pytest_autotune.protocol import PACKAGED_PROTOCOL, find_protocol, load_protocol, parse_protocol
+from pytest_autotune.protocol_registry import FROZEN_PROTOCOLS, freeze_status
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT_PROTOCOL = REPO / "protocol.toml"
+
+
+def test_shipped_protocol_is_frozen_under_its_version():
+    """Fails whenever protocol.toml changes without a version bump (and a new pin)."""
+    proto = load_protocol(ROOT_PROTOCOL)
+    status = freeze_status(proto)
+    assert status.frozen, status.message
+    assert FROZEN_PROTOCOLS[proto.version] == proto.sha256
+
+
+def test_packaged_copy_is_byte_identical_to_root_protocol():
+    assert PACKAGED_PROTOCOL.read_bytes() == ROOT_PROTOCOL.read_bytes(), (
+        "pytest_autotune/protocol.toml must be a byte copy of protocol.toml (cp protocol.toml pytest_autotune/)")
+
+
+def test_one_changed_byte_unfreezes_and_names_the_fix():
+    raw = ROOT_PROTOCOL.read_bytes().replace(b"max_speedup = 10.0", b"max_speedup = 11.0")
+    proto = parse_protocol(raw)
+    status = freeze_status(proto)
+    assert not status.frozen
+    assert "changed without a version bump" in status.message
+    assert "bump [protocol].version" in status.message
+
+
+def test_unknown_version_is_not_frozen():
+    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "999-local"')
+    status = freeze_status(parse_protocol(raw))
+    assert not status.frozen and "is not frozen" in status.message and "--autotune-exploratory" in status.message
+
+
+def test_extra_pins_from_a_hook_freeze_a_project_protocol():
+    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "acme-1"')
+    proto = parse_protocol(raw)
+    assert freeze_status(proto, {"acme-1": proto.sha256}).frozen
+    with pytest.raises(ProtocolError, match="pinned twice"):
+        freeze_status(proto, {"1": "0" * 64})
+
+
+def test_loaded_values_are_typed_and_frozen():
+    p = load_protocol(ROOT_PROTOCOL)
+    assert p.timing.order == "ABBA" and isinstance(p.timing.min_pairs, int)
+    assert p.breaker.max_speedup == 10.0
+    assert p.tolerance["float32"].rtol > 0 and p.tolerance_for("int64") is None
+    assert p.bars.fast_p_thresholds == (0.0, 1.0, 1.2)
+    with pytest.raises(Exception):
+        p.timing.min_pairs = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        p.tolerance["float32"] = None  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "old,new,key,fix",
+    [
+        (b"min_pairs = 12", b"min_pairs = 12\nmin_pair = 3", "timing.min_pair", "remove it or fix its spelling"),
+        (b"count = 5", b"count = -2", "seeds.count", ">= 1"),
+        (b"count = 5", b'count = "five"', "seeds.count", "must be an integer"),
+        (b"max_speedup = 10.0", b"max_speedup = true", "breaker.max_speedup", "must be a number"),
+        (b"disable_gc = true", b"disable_gc = 1", "timing.disable_gc", "true or false"),
+        (b'order = "ABBA"', b'order = "AB"', "timing.order", "use one of ABBA"),
+        (b"max_pairs = 400", b"max_pairs = 4", "max_pairs", "raise max_pairs"),
+        (b"[tolerance.bfloat16]", b"[tolerance.float8]", "tolerance.float8", "use one of"),
+        (b"cpu_threads = 1", b"", "timing.cpu_threads", "missing key"),
+    ],
+)
+def test_invalid_protocol_names_the_key_and_the_fix(old, new, key, fix):
+    raw = ROOT_PROTOCOL.read_bytes()
+    assert old in raw
+    with pytest.raises(ProtocolError) as e:
+        parse_protocol(raw.replace(old, new, 1), source="p.toml")
+    msg = str(e.value)
+    assert key in msg and fix in msg and "p.toml" in msg
+
+
+def test_not_toml_is_refused_with_position():
+    with pytest.raises(ProtocolError, match="not valid TOML"):
+        parse_protocol(b"[protocol\nname = 1")
+
+
+def test_rootdir_without_protocol_uses_the_packaged_copy(tmp_path):
+    assert find_protocol(tmp_path) == PACKAGED_PROTOCOL
+    (tmp_path / "protocol.toml").write_bytes(ROOT_PROTOCOL.read_bytes())
+    assert find_protocol(tmp_path) == tmp_path / "protocol.toml"

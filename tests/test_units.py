@@ -1,0 +1,161 @@
+"""Unit tests: paired statistics, wire codec, seeds, input recipes, output comparison, surface globs."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from pytest_autotune.gates.compare import check_fingerprint, compare_outputs
+from pytest_autotune.gates.surface import matches
+from pytest_autotune.measure.stats import bootstrap_median_ci, paired_estimate
+from pytest_autotune.problems.inputs import apply_layout, apply_pattern, PATTERNS
+from pytest_autotune.protocol import load_protocol
+from pytest_autotune.sandbox.wire import WireError, decode, encode
+from pytest_autotune.seeds import derive_seed, derive_seeds, new_nonce, nonce_commitment
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+PROTO = load_protocol(REPO / "protocol.toml")
+
+
+# ----------------------------------------------------------------------------------------------- stats
+def test_paired_estimate_recovers_a_known_ratio():
+    rng = np.random.default_rng(0)
+    base = 2e-3 * (1 + 0.05 * rng.standard_normal(200))
+    cand = base / 1.5 * (1 + 0.02 * rng.standard_normal(200))
+    est = paired_estimate(base, cand, level=0.95, resamples=2000, seed=1)
+    assert est.ci_low <= 1.5 <= est.ci_high
+    assert est.ci_low <= est.speedup <= est.ci_high
+    assert est.rel_width < 0.05
+
+
+def test_identical_arms_give_a_ci_containing_one():
+    rng = np.random.default_rng(3)
+    t = 1e-3 * np.exp(0.1 * rng.standard_normal(400))
+    u = 1e-3 * np.exp(0.1 * rng.standard_normal(400))
+    est = paired_estimate(t, u, level=0.95, resamples=2000, seed=2)
+    assert est.contains(1.0)
+
+
+def test_bootstrap_is_deterministic_given_its_seed_and_narrows_with_n():
+    rng = np.random.default_rng(4)
+    x = rng.lognormal(0, 0.2, 1000)
+    assert bootstrap_median_ci(x[:50], 0.95, 500, 7) == bootstrap_median_ci(x[:50], 0.95, 500, 7)
+    lo1, hi1 = bootstrap_median_ci(x[:50], 0.95, 1000, 7)
+    lo2, hi2 = bootstrap_median_ci(x, 0.95, 1000, 7)
+    assert hi2 - lo2 < hi1 - lo1
+
+
+def test_non_positive_samples_are_refused():
+    with pytest.raises(ValueError, match="timer did not advance"):
+        paired_estimate([1.0, 0.0], [1.0, 1.0], level=0.95, resamples=100, seed=0)
+
+
+# ----------------------------------------------------------------------------------------------- wire
+@pytest.mark.parametrize("t", [torch.randn(3, 4), torch.tensor(2.5), torch.randn(2, 3).bfloat16(),
+                               torch.zeros(0, 3), torch.tensor([True, False]), torch.randn(4, 6).t(),
+                               torch.arange(5, dtype=torch.int64)])
+def test_wire_round_trips_tensors_bit_exactly(t):
+    data = encode({"x": [t, 1.5, float("nan"), None, "s", b"\x00\x01"]})
+    hl, _ = struct.unpack("!QQ", data[:16])
+    out = decode(data[16:16 + hl], data[16 + hl:])
+    assert out["x"][0].dtype == t.dtype and torch.equal(out["x"][0], t)
+    assert out["x"][2] != out["x"][2] and out["x"][5] == b"\x00\x01"
+
+
+def test_wire_refuses_objects_it_cannot_check():
+    with pytest.raises(WireError):
+        encode({"x": object()})
+    header = b'{"__tensor__":0,"dtype":"float32","shape":[4],"nbytes":8}'
+    with pytest.raises(WireError, match="does not match"):
+        decode(header, b"\x00" * 8)
+    with pytest.raises(WireError, match="malformed"):
+        decode(b'{"__tensor__":0,"dtype":"object","shape":[1],"nbytes":8}', b"\x00" * 8)
+
+
+# ----------------------------------------------------------------------------------------------- seeds
+def test_seeds_are_deterministic_per_nonce_and_unpredictable_across_nonces():
+    n1, n2 = new_nonce(), new_nonce()
+    assert derive_seeds(n1, "relu|clamp|cpu", "correctness", 5) == derive_seeds(n1, "relu|clamp|cpu", "correctness", 5)
+    assert derive_seeds(n1, "relu|clamp|cpu", "correctness", 5) != derive_seeds(n2, "relu|clamp|cpu", "correctness", 5)
+    s = derive_seeds(n1, "a", "p", 50)
+    assert len(set(s)) == 50 and all(0 <= x < 2**63 for x in s)
+    assert derive_seed(n1, "a", "p", 0) != derive_seed(n1, "b", "p", 0)
+    assert len(nonce_commitment(n1)) == 64
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+@pytest.mark.parametrize("name", PATTERNS)
+def test_patterns_keep_shape_dtype_and_are_deterministic(name):
+    t = torch.randn(8, 16)
+    a = apply_pattern(t, {"name": name, "scale": 1e30, "seed": 5}, None)
+    b = apply_pattern(t, {"name": name, "scale": 1e30, "seed": 5}, None)
+    assert a.shape == t.shape and a.dtype == t.dtype and torch.equal(a, b)
+    assert bool(torch.isfinite(a).all())
+    if name == "negative":
+        assert bool((a <= 0).all())
+    if name == "subnormal":
+        nz = a[a != 0].abs()
+        assert bool((nz < torch.finfo(torch.float32).tiny).all())
+
+
+def test_domain_is_respected():
+    t = torch.randn(100)
+    assert bool((apply_pattern(t, {"name": "negative"}, "nonnegative") >= 0).all())
+    assert bool((apply_pattern(t, {"name": "zeros"}, "positive") > 0).all())
+
+
+@pytest.mark.parametrize("layout", ["stride", "transpose", "offset"])
+def test_layouts_are_non_contiguous_views_with_equal_values(layout):
+    t = torch.randn(6, 10)
+    v = apply_layout(t, layout)
+    assert torch.equal(v, t)
+    assert not v.is_contiguous() or v.storage_offset() > 0
+
+
+# ----------------------------------------------------------------------------------------------- compare
+def test_compare_accepts_reordered_fp32_and_refuses_bf16_downgrade():
+    x = torch.randn(256, 512)
+    ref = x.sum(dim=1)
+    reordered = x.flip(1).sum(dim=1)
+    assert compare_outputs(reordered, ref, PROTO).ok
+    bf16 = x.bfloat16().float().sum(dim=1)
+    c = compare_outputs(bf16, ref, PROTO)
+    assert not c.ok and "outside tolerance" in c.reason
+
+
+def test_compare_refuses_nan_shape_dtype_and_structure():
+    ref = torch.ones(4)
+    bad = ref.clone()
+    bad[1] = float("nan")
+    assert "NaN" in compare_outputs(bad, ref, PROTO).reason
+    assert "shape" in compare_outputs(torch.ones(5), ref, PROTO).reason
+    assert "dtype" in compare_outputs(torch.ones(4, dtype=torch.float64), ref, PROTO).reason
+    assert "tensors returned" in compare_outputs((ref, ref), ref, PROTO).reason
+    assert not compare_outputs(torch.tensor([1, 2]), torch.tensor([1, 3]), PROTO).ok
+
+
+def test_fingerprint_check_catches_a_wrong_timed_output():
+    ref = torch.randn(1000)
+    idx = torch.randint(0, 1000, (64,))
+    good = {"numel": 1000, "sum": float(ref.double().sum()), "index": idx, "values": ref[idx].double()}
+    assert check_fingerprint(good, ref, PROTO) is None
+    zeros = {"numel": 1000, "sum": 0.0, "index": idx, "values": torch.zeros(64, dtype=torch.float64)}
+    assert check_fingerprint(zeros, ref, PROTO) is not None
+
+
+# ----------------------------------------------------------------------------------------------- surface
+@pytest.mark.parametrize("path,ok", [
+    ("benchmarks/kernels/level1/candidates/02_relu/fast.py", True),
+    ("benchmarks/kernels/level1/candidates/02_relu/mlx/fast.py", True),
+    ("candidates/x.py", True),
+    ("benchmarks/kernels/level1/02_relu.py", False),
+    ("benchmarks/kernels/level1/baselines/02_relu/prev.py", False),
+    ("protocol.toml", False),
+    ("pytest_autotune/gates/correctness.py", False),
+])
+def test_surface_globs(path, ok):
+    assert matches(path, PROTO.surface.modifiable) is ok

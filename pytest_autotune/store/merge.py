@@ -1,0 +1,302 @@
+"""``autotune merge A.db B.db -o all.db``: copy runs from several stores into one, through the target's validator.
+
+For each source (after it passes ``verify``, unless ``force``): its protocols are registered, then run by run
+(in the source's order) the run is inserted unfinished, its quarantine, rejections and results rows are inserted
+through the target's own triggers (``prev_hash``/``row_hash`` recomputed in the target chain; ``row_mac`` kept,
+it covers content only), and the run is finished with its revealed nonce. Quarantine releases follow their
+quarantine rows; a result whose ``breaker`` names a release is rewritten to the target's release id (and, as
+that changes its content, its MAC recomputed with the run's revealed nonce).
+
+A run already in the target (same run_id) is skipped as a duplicate, so merging the same source twice inserts
+nothing. A row the validator refuses (or, for a finished run, whose MAC does not match the revealed nonce) is
+reported and not inserted. An unfinished source run is merged and stays unfinished.
+
+The same copy machinery replays a store into a private :memory: database for ``verify``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import StoreError, ValidatorRefusal
+from .db import ResultStore
+from .hashing import canonical_row, nonce_commitment, row_mac
+from .schema import MAC_TABLES
+
+__all__ = ["MergeReport", "merge_databases", "replay_problems"]
+
+
+@dataclass
+class MergeReport:
+    inserted: int = 0  # rows inserted into the target (runs, results, quarantine, rejections, releases)
+    skipped: int = 0  # duplicates: runs already in the target, releases already recorded
+    refused: int = 0  # rows the validator (or the MAC check) refused
+    sources_refused: int = 0  # whole sources refused (cannot be opened, or fail verify without --force)
+    by_table: dict = field(default_factory=dict)  # table -> rows inserted
+    messages: list[str] = field(default_factory=list)
+    target_ok: bool = True  # the target passes verify after the merge
+
+    @property
+    def ok(self) -> bool:
+        return self.refused == 0 and self.sources_refused == 0 and self.target_ok
+
+    def render(self) -> str:
+        tables = ", ".join(f"{t} {n}" for t, n in self.by_table.items()) or "nothing"
+        head = (
+            f"{'OK' if self.ok else 'PROBLEMS'}: inserted {self.inserted} row(s) ({tables}), skipped {self.skipped} "
+            f"duplicate(s), refused {self.refused} row(s), {self.sources_refused} source(s) refused"
+        )
+        return "\n".join([head, *self.messages])
+
+
+class _Sink:
+    """Where the copier reports what happened (a MergeReport, or verify's problem list)."""
+
+    def __init__(self, report: MergeReport | None = None) -> None:
+        self.report = report or MergeReport()
+        self.refusals: list[str] = []
+
+    def inserted(self, table: str) -> None:
+        self.report.inserted += 1
+        self.report.by_table[table] = self.report.by_table.get(table, 0) + 1
+
+    def skipped(self, message: str) -> None:
+        self.report.skipped += 1
+        self.report.messages.append(message)
+
+    def refused(self, message: str) -> None:
+        self.report.refused += 1
+        self.report.messages.append(message)
+        self.refusals.append(message)
+
+    def note(self, message: str) -> None:
+        self.report.messages.append(message)
+
+
+class _Copier:
+    def __init__(
+        self,
+        src: sqlite3.Connection,
+        label: str,
+        target: ResultStore,
+        sink: _Sink,
+        *,
+        check_macs: bool,
+    ) -> None:
+        self.src = src
+        self.src.row_factory = sqlite3.Row
+        self.label = label
+        self.target = target
+        self.sink = sink
+        self.check_macs = check_macs
+        self.qmap: dict[int, int] = {}  # source quarantine id -> target quarantine id
+        self.relmap: dict[int, int | None] = {}  # source release id -> target release id (None: refused)
+
+    def _where(self, table: str, row: dict) -> str:
+        ident = f"run {row['run_id']}" if table == "runs" else f"row {row['id']}"
+        return f"{self.label}: {table} {ident}"
+
+    def run(self) -> None:
+        for p in self.src.execute("SELECT * FROM protocols ORDER BY rowid").fetchall():
+            try:
+                self.target._insert_protocol_row(dict(p))
+            except ValidatorRefusal as e:
+                self.sink.refused(f"{self.label}: protocols row {p['sha256']!s:.12}... refused: {e}")
+        for run in self.src.execute("SELECT * FROM runs ORDER BY rowid").fetchall():
+            self._copy_run(dict(run))
+        for rel in self.src.execute("SELECT id FROM quarantine_releases ORDER BY id").fetchall():
+            self._ensure_release(rel["id"])
+
+    def _copy_run(self, run: dict) -> None:
+        run_id = run["run_id"]
+        if self.target.has_run(run_id):
+            existing = self.target._conn.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).fetchone()
+            if canonical_row("runs", dict(existing)) != canonical_row("runs", run):
+                self.sink.refused(
+                    f"{self.label}: run {run_id} is in the target with different content (a run_id collision); "
+                    "its rows were not copied"
+                )
+            else:
+                self.sink.skipped(f"{self.label}: run {run_id} is already in the target; skipped as a duplicate")
+            return
+        content = {k: v for k, v in run.items() if k not in ("finished_at", "nonce", "prev_hash", "row_hash")}
+        try:
+            self.target.insert_row("runs", content, nonce=None)
+        except ValidatorRefusal as e:
+            n = sum(
+                self.src.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run_id]).fetchone()[0]
+                for t in ("results", "quarantine", "rejections")
+            )
+            self.sink.refused(f"{self._where('runs', run)} refused ({e}); its {n} row(s) were not copied")
+            return
+        self.sink.inserted("runs")
+        nonce: bytes | None = None
+        if run["nonce"] is not None:
+            try:
+                nonce = bytes.fromhex(run["nonce"])
+            except (ValueError, TypeError):
+                nonce = None
+            if nonce is None or nonce_commitment(nonce) != run["nonce_sha256"]:
+                self.sink.refused(
+                    f"{self._where('runs', run)}: the revealed nonce does not match its commitment; the run is "
+                    "left unfinished in the target"
+                )
+                nonce = None
+        for table in ("quarantine", "rejections", "results"):
+            for r in self.src.execute(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY id", [run_id]).fetchall():
+                self._copy_row(table, dict(r), nonce)
+        if nonce is not None:
+            try:
+                self.target._finish(run_id, nonce.hex(), run["finished_at"])
+            except ValidatorRefusal as e:
+                self.sink.refused(f"{self._where('runs', run)}: could not be finished in the target ({e})")
+        elif run["nonce"] is None:
+            self.sink.note(f"{self.label}: run {run_id} is unfinished in the source: merged, left unfinished")
+
+    def _copy_row(self, table: str, row: dict, nonce: bytes | None) -> None:
+        content = {k: v for k, v in row.items() if k not in ("id", "prev_hash", "row_hash")}
+        if (
+            self.check_macs
+            and table in MAC_TABLES
+            and nonce is not None
+            and row_mac(nonce, canonical_row(table, row)) != row.get("row_mac")
+        ):
+            self.sink.refused(
+                f"{self._where(table, row)} refused: row_mac does not match the run's revealed nonce "
+                "(tampered or forged)"
+            )
+            return
+        breaker = content.get("breaker")
+        if table == "results" and isinstance(breaker, str) and breaker.startswith("released:"):
+            try:
+                src_rel: int | None = int(breaker.split(":", 1)[1])
+            except ValueError:
+                src_rel = None
+            if src_rel is not None:
+                tgt_rel = self._ensure_release(src_rel)
+                if tgt_rel is not None and tgt_rel != src_rel:
+                    content["breaker"] = f"released:{tgt_rel}"
+                    if nonce is not None:
+                        content["row_mac"] = row_mac(nonce, canonical_row(table, content))
+        try:
+            new_id = self.target.insert_row(table, content, nonce=None)
+        except ValidatorRefusal as e:
+            self.sink.refused(f"{self._where(table, row)} refused by the validator: {e}")
+            return
+        self.sink.inserted(table)
+        if table == "quarantine":
+            self.qmap[row["id"]] = new_id
+
+    def _ensure_release(self, src_id: int) -> int | None:
+        if src_id in self.relmap:
+            return self.relmap[src_id]
+        rel = self.src.execute("SELECT * FROM quarantine_releases WHERE id = ?", [src_id]).fetchone()
+        if rel is None:
+            self.relmap[src_id] = None
+            return None
+        rel = dict(rel)
+        tq = self.qmap.get(rel["quarantine_id"])
+        if tq is None:
+            q = self.src.execute("SELECT run_id, nodeid FROM quarantine WHERE id = ?", [rel["quarantine_id"]]).fetchone()
+            if q is not None:
+                found = self.target._conn.execute(
+                    "SELECT id FROM quarantine WHERE run_id = ? AND nodeid = ?", [q["run_id"], q["nodeid"]]
+                ).fetchone()
+                tq = found[0] if found else None
+        if tq is None:
+            self.relmap[src_id] = None
+            self.sink.refused(
+                f"{self.label}: quarantine_releases row {src_id} refused: its quarantine row "
+                f"{rel['quarantine_id']} is not in the target"
+            )
+            return None
+        existing = self.target._conn.execute(
+            "SELECT id FROM quarantine_releases WHERE quarantine_id = ?", [tq]
+        ).fetchone()
+        if existing is not None:
+            self.relmap[src_id] = existing[0]
+            self.sink.skipped(
+                f"{self.label}: quarantine_releases row {src_id} is already in the target (release "
+                f"{existing[0]}); skipped as a duplicate"
+            )
+            return existing[0]
+        content = {
+            "quarantine_id": tq,
+            "reason": rel["reason"],
+            "released_by": rel["released_by"],
+            "released_at": rel["released_at"],
+        }
+        try:
+            new_id = self.target.insert_row("quarantine_releases", content, nonce=None)
+        except ValidatorRefusal as e:
+            self.relmap[src_id] = None
+            self.sink.refused(f"{self.label}: quarantine_releases row {src_id} refused by the validator: {e}")
+            return None
+        self.relmap[src_id] = new_id
+        self.sink.inserted("quarantine_releases")
+        return new_id
+
+
+def replay_problems(conn: sqlite3.Connection, label: str = "") -> list[str]:
+    """Insert every row of ``conn`` again, in order, into a private :memory: store through the current validator.
+    Returns one problem per row it refuses (such a row got in while the validator was bypassed)."""
+    target = ResultStore._memory()
+    sink = _Sink()
+    try:
+        _Copier(conn, label or "db", target, sink, check_macs=False).run()
+    finally:
+        target.close()
+    return [
+        "replay: "
+        + m.replace(" refused by the validator: ", " is refused by the validator when replayed: ", 1)
+        + " (it got in while the validator was bypassed)"
+        for m in sink.refusals
+    ]
+
+
+def merge_databases(sources: list[Path], target: Path, *, force: bool = False) -> MergeReport:
+    """Merge ``sources`` into ``target`` (created if missing). See the module docstring."""
+    report = MergeReport()
+    sink = _Sink(report)
+    target = Path(target).expanduser().absolute()
+    for s in sources:
+        sp = Path(s).expanduser().absolute()
+        if sp == target or (sp.exists() and target.exists() and sp.samefile(target)):
+            raise StoreError(f"cannot merge {sp} into itself: pass a different -o target")
+    store = ResultStore.open(target)
+    try:
+        for s in sources:
+            sp = Path(s).expanduser().absolute()
+            try:
+                src = ResultStore.open(sp, readonly=True)
+            except StoreError as e:
+                report.sources_refused += 1
+                report.messages.append(f"{sp}: refused: {e}")
+                continue
+            try:
+                v = src.verify()
+                if not v.ok:
+                    shown = "; ".join(v.problems[:5]) + ("; ..." if len(v.problems) > 5 else "")
+                    if not force:
+                        report.sources_refused += 1
+                        report.messages.append(
+                            f"{sp}: refused, it fails verify ({len(v.problems)} problem(s): {shown}); run "
+                            "autotune verify on it, or pass --force to merge it row by row"
+                        )
+                        continue
+                    report.messages.append(
+                        f"{sp}: fails verify ({len(v.problems)} problem(s): {shown}); merging anyway (--force): "
+                        "every row is re-validated and MAC-checked"
+                    )
+                _Copier(src._conn, str(sp), store, sink, check_macs=True).run()
+            finally:
+                src.close()
+        final = store.verify()
+        if not final.ok:
+            report.target_ok = False
+            report.messages.extend(f"target {target}: {p}" for p in final.problems)
+    finally:
+        store.close()
+    return report

@@ -1,0 +1,756 @@
+"""The results database's schema: tables, named CHECK constraints and validator triggers, as migrations.
+
+The validator lives in the database itself, so that a raw ``sqlite3 results.db "insert into results ..."`` from
+the sqlite3 shell meets exactly the same rules as the plugin. Every rule is either a named CHECK constraint
+(SQLite reports ``CHECK constraint failed: <name>``) or a trigger that ``RAISE(ABORT, '<rule>: <explanation>')``.
+Triggers use SQLite built-ins only (json1 included): nothing registered from Python.
+
+Migrations are applied with :class:`sqlite_utils.migrations.Migrations`; each migration executes raw SQL and
+sets ``PRAGMA user_version``. :data:`EXPECTED_SCHEMA` is the exact SQL of every object after all migrations,
+which ``verify`` compares against ``sqlite_master`` (a dropped or edited trigger is a problem).
+
+docs/schema.md documents every table, column, constraint and trigger defined here.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils.migrations import Migrations
+
+#: ``PRAGMA user_version`` once every migration below has been applied.
+SCHEMA_VERSION = 1
+
+#: ``PRAGMA application_id`` of a pytest-autotune store ("PATS").
+APPLICATION_ID = 0x50415453
+
+#: prev_hash of the first row of every chain.
+ZERO_HASH = "0" * 64
+
+MAX_REAL = "1.7976931348623157e308"
+
+migrations = Migrations("pytest_autotune.store")
+
+# ----------------------------------------------------------------------------------------------- columns
+# (name, declared type, nullable). Types are STRICT-table types: values are stored as exactly this type or refused,
+# so what ``verify`` reads back hashes the same as what the writer hashed.
+
+_MEASUREMENT: list[tuple[str, str, bool]] = [
+    ("run_id", "TEXT", False),
+    ("kind", "TEXT", False),
+    ("nodeid", "TEXT", False),
+    ("problem", "TEXT", False),
+    ("problem_sha256", "TEXT", False),
+    ("candidate", "TEXT", False),
+    ("candidate_sha256", "TEXT", False),
+    ("baseline", "TEXT", False),
+    ("baseline_sha256", "TEXT", False),
+    ("device", "TEXT", False),
+    ("seeds", "TEXT", False),
+    ("n_pairs", "INTEGER", False),
+    ("candidate_s", "REAL", False),
+    ("baseline_s", "REAL", False),
+    ("speedup", "REAL", False),
+    ("ci_low", "REAL", False),
+    ("ci_high", "REAL", False),
+    ("ci_target_met", "INTEGER", False),
+    ("strawman_speedup", "REAL", False),
+    ("correctness", "TEXT", False),
+    ("probes", "TEXT", False),
+    ("integrity", "TEXT", False),
+    ("breaker", "TEXT", False),
+    ("protocol_sha256", "TEXT", False),
+    ("exploratory", "INTEGER", False),
+    ("study", "TEXT", True),
+    ("arm", "TEXT", True),
+    ("iteration", "INTEGER", True),
+    ("provenance", "TEXT", False),
+]
+
+_CHAIN = [("prev_hash", "TEXT", False), ("row_hash", "TEXT", False)]
+
+COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
+    "protocols": [
+        ("sha256", "TEXT", False),
+        ("version", "TEXT", False),
+        ("frozen", "INTEGER", False),
+        ("n_seeds", "INTEGER", False),
+        ("min_pairs", "INTEGER", False),
+        ("max_speedup", "REAL", False),
+        ("body", "TEXT", False),
+        ("registered_at", "TEXT", False),
+    ],
+    "runs": [
+        ("run_id", "TEXT", False),
+        ("started_at", "TEXT", False),
+        ("protocol_version", "TEXT", False),
+        ("protocol_sha256", "TEXT", False),
+        ("protocol_frozen", "INTEGER", False),
+        ("exploratory", "INTEGER", False),
+        ("git_sha", "TEXT", True),
+        ("git_dirty", "INTEGER", True),
+        ("harness_version", "TEXT", False),
+        ("harness_sha256", "TEXT", False),
+        ("host", "TEXT", False),
+        ("device", "TEXT", False),
+        ("device_fingerprint", "TEXT", False),
+        ("python_version", "TEXT", False),
+        ("torch_version", "TEXT", True),
+        ("numpy_version", "TEXT", True),
+        ("mlx_version", "TEXT", True),
+        ("nonce_sha256", "TEXT", False),
+        ("argv", "TEXT", False),
+        ("provenance", "TEXT", False),
+        ("finished_at", "TEXT", True),
+        ("nonce", "TEXT", True),
+        *_CHAIN,
+    ],
+    "results": [
+        ("id", "INTEGER", False),
+        *_MEASUREMENT,
+        ("created_at", "TEXT", False),
+        ("row_mac", "TEXT", False),
+        *_CHAIN,
+    ],
+    "quarantine": [
+        ("id", "INTEGER", False),
+        *_MEASUREMENT,
+        ("reason", "TEXT", False),
+        ("created_at", "TEXT", False),
+        ("row_mac", "TEXT", False),
+        *_CHAIN,
+    ],
+    "rejections": [
+        ("id", "INTEGER", False),
+        ("run_id", "TEXT", False),
+        ("nodeid", "TEXT", False),
+        ("problem", "TEXT", False),
+        ("candidate", "TEXT", False),
+        ("device", "TEXT", False),
+        ("gate", "TEXT", False),
+        ("verdict", "TEXT", False),
+        ("detail", "TEXT", False),
+        ("created_at", "TEXT", False),
+        *_CHAIN,
+    ],
+    "quarantine_releases": [
+        ("id", "INTEGER", False),
+        ("quarantine_id", "INTEGER", False),
+        ("reason", "TEXT", False),
+        ("released_by", "TEXT", False),
+        ("released_at", "TEXT", False),
+        *_CHAIN,
+    ],
+    "chain_state": [
+        ("tbl", "TEXT", False),
+        ("head", "TEXT", False),
+        ("count", "INTEGER", False),
+    ],
+}
+
+#: column name -> declared type, per table (used to normalise values before hashing)
+COLUMN_TYPES: dict[str, dict[str, str]] = {t: {c: ty for c, ty, _ in cols} for t, cols in COLUMNS.items()}
+
+#: tables whose rows form a hash chain (prev_hash/row_hash), in the order verify reports them
+CHAINED_TABLES = ("runs", "results", "quarantine", "rejections", "quarantine_releases")
+
+#: tables whose rows carry row_mac = HMAC(run nonce, canonical row)
+MAC_TABLES = ("results", "quarantine")
+
+#: columns never part of the canonical row: identity and the chain/MAC columns themselves; for runs also the two
+#: columns written at finish (the nonce is checked through its commitment instead)
+HASH_EXCLUDED: dict[str, frozenset[str]] = {
+    t: frozenset({"id", "prev_hash", "row_hash", "row_mac"} | ({"finished_at", "nonce"} if t == "runs" else set()))
+    for t in COLUMNS
+}
+
+
+# ----------------------------------------------------------------------------------------------- SQL helpers
+
+
+def _hex64(col: str) -> str:
+    return f"(length({col}) = 64 AND {col} NOT GLOB '*[^0-9a-f]*')"
+
+
+def _finite_positive(col: str) -> str:
+    return f"({col} > 0 AND {col} <= {MAX_REAL})"
+
+
+def _timestamp(col: str) -> str:
+    return f"({col} GLOB '[0-9][0-9][0-9][0-9]-[0-1][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-6][0-9]*')"
+
+
+def _json_is(col: str, json_type: str) -> str:
+    # json_type() raises on malformed JSON, so it only runs once json_valid() said yes (CASE is lazy)
+    return f"CASE WHEN json_valid({col}) THEN json_type({col}) = '{json_type}' ELSE 0 END"
+
+
+def _check(name: str, expr: str) -> str:
+    # coalesce(..., 0): a CHECK whose expression is NULL passes in SQLite; ours must not
+    return f"  CONSTRAINT {name} CHECK (coalesce({expr}, 0))"
+
+
+def _column_defs(table: str) -> list[str]:
+    out = []
+    for name, ty, nullable in COLUMNS[table]:
+        if name == "id":
+            out.append("  id INTEGER PRIMARY KEY AUTOINCREMENT")
+        else:
+            out.append(f"  {name} {ty}{'' if nullable else ' NOT NULL'}")
+    return out
+
+
+def _create_table(table: str, extra: list[str], *, primary_key: str | None = None) -> str:
+    lines = _column_defs(table)
+    if primary_key:
+        lines.append(f"  PRIMARY KEY ({primary_key})")
+    lines.extend(extra)
+    return f"CREATE TABLE {table} (\n" + ",\n".join(lines) + "\n) STRICT"
+
+
+def _trigger(name: str, timing: str, table: str, when: str | None, rule: str, message: str) -> str:
+    assert "'" not in message, message
+    when_sql = f"\nWHEN {when}" if when else ""
+    return (
+        f"CREATE TRIGGER {name} {timing} ON {table}{when_sql}\n"
+        f"BEGIN\n  SELECT RAISE(ABORT, '{rule}: {message}');\nEND"
+    )
+
+
+def _run_exists() -> str:
+    return "EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id)"
+
+
+def _protocol_param(param: str) -> str:
+    return (
+        f"(SELECT p.{param} FROM runs AS r JOIN protocols AS p ON p.sha256 = r.protocol_sha256 "
+        f"WHERE r.run_id = NEW.run_id)"
+    )
+
+
+def _run_field(field: str) -> str:
+    return f"(SELECT {field} FROM runs WHERE run_id = NEW.run_id)"
+
+
+def _chain_triggers(table: str) -> list[tuple[str, str]]:
+    return [
+        (
+            f"{table}_hash_chain",
+            _trigger(
+                f"{table}_hash_chain",
+                "BEFORE INSERT",
+                table,
+                f"NOT coalesce(NEW.prev_hash = (SELECT head FROM chain_state WHERE tbl = '{table}') "
+                f"AND {_hex64('NEW.row_hash')} AND NEW.row_hash <> NEW.prev_hash, 0)",
+                "hash_chain",
+                f"prev_hash must be the row_hash of the last {table} row (chain_state.head, 64 zeros for the first "
+                "row) and row_hash 64 lowercase hex digits different from prev_hash; insert through "
+                "pytest-autotune, which computes both",
+            ),
+        ),
+        (
+            f"{table}_chain_advance",
+            (
+                f"CREATE TRIGGER {table}_chain_advance AFTER INSERT ON {table}\n"
+                f"BEGIN\n  UPDATE chain_state SET head = NEW.row_hash, count = count + 1 WHERE tbl = '{table}';\nEND"
+            ),
+        ),
+    ] + (
+        []
+        if table == "runs"
+        else [
+            (
+                f"{table}_append_only_update",
+                _trigger(
+                    f"{table}_append_only_update",
+                    "BEFORE UPDATE",
+                    table,
+                    None,
+                    f"{table}_append_only",
+                    f"{table} rows are never updated; record a new row instead",
+                ),
+            ),
+            (
+                f"{table}_append_only_delete",
+                _trigger(
+                    f"{table}_append_only_delete",
+                    "BEFORE DELETE",
+                    table,
+                    None,
+                    f"{table}_append_only",
+                    f"{table} rows are never deleted; the history is append-only",
+                ),
+            ),
+        ]
+    )
+
+
+# ----------------------------------------------------------------------------------------------- tables
+
+
+def _measurement_checks() -> list[str]:
+    digests = " AND ".join(
+        _hex64(c) for c in ("problem_sha256", "candidate_sha256", "baseline_sha256", "protocol_sha256")
+    )
+    return [
+        _check("kind", "kind IN ('kernel', 'engine')"),
+        _check(
+            "names",
+            "length(nodeid) > 0 AND length(problem) > 0 AND length(candidate) > 0 "
+            "AND length(baseline) > 0 AND length(device) > 0",
+        ),
+        _check("digests", digests),
+        _check("times_positive", f"{_finite_positive('candidate_s')} AND {_finite_positive('baseline_s')}"),
+        _check("speedup_in_ci", f"0 < ci_low AND ci_low <= speedup AND speedup <= ci_high AND ci_high <= {MAX_REAL}"),
+        _check("strawman_speedup", _finite_positive("strawman_speedup")),
+        _check("correctness_passed", "correctness = 'passed'"),
+        _check(
+            "probes_passed",
+            "CASE WHEN json_valid(probes) THEN (CASE WHEN json_type(probes) = 'object' "
+            "THEN json_extract(probes, '$.status') IN ('passed', 'disabled') ELSE 0 END) ELSE 0 END",
+        ),
+        _check("integrity_passed", "integrity = 'passed'"),
+        _check("flags", "ci_target_met IN (0, 1) AND exploratory IN (0, 1)"),
+        _check("iteration", "iteration IS NULL OR iteration >= 0"),
+        _check("provenance_json", _json_is("provenance", "object")),
+        _check("created_at", _timestamp("created_at")),
+        _check("row_mac", _hex64("row_mac")),
+    ]
+
+
+def _tables() -> list[tuple[str, str]]:
+    protocols = _create_table(
+        "protocols",
+        [
+            _check("digests", _hex64("sha256")),
+            _check(
+                "protocol_params",
+                f"length(version) > 0 AND frozen IN (0, 1) AND n_seeds >= 1 AND min_pairs >= 2 "
+                f"AND max_speedup > 1 AND max_speedup <= {MAX_REAL} AND length(body) > 0",
+            ),
+            _check("created_at", _timestamp("registered_at")),
+        ],
+        primary_key="sha256",
+    )
+    runs = _create_table(
+        "runs",
+        [
+            _check(
+                "run_names",
+                "length(run_id) > 0 AND length(started_at) > 0 AND length(protocol_version) > 0 "
+                "AND length(harness_version) > 0 AND length(host) > 0 AND length(device) > 0",
+            ),
+            _check(
+                "digests",
+                f"{_hex64('protocol_sha256')} AND {_hex64('harness_sha256')} AND {_hex64('nonce_sha256')}",
+            ),
+            _check(
+                "flags",
+                "protocol_frozen IN (0, 1) AND exploratory IN (0, 1) AND (git_dirty IS NULL OR git_dirty IN (0, 1))",
+            ),
+            _check("frozen_or_exploratory", "protocol_frozen = 1 OR exploratory = 1"),
+            _check(
+                "run_json",
+                f"({_json_is('device_fingerprint', 'object')}) AND ({_json_is('argv', 'array')}) "
+                f"AND ({_json_is('provenance', 'object')})",
+            ),
+            _check(
+                "nonce_reveal",
+                f"(finished_at IS NULL AND nonce IS NULL) OR (length(finished_at) > 0 AND {_hex64('nonce')})",
+            ),
+        ],
+        primary_key="run_id",
+    )
+    results = _create_table(
+        "results",
+        _measurement_checks() + ["  CONSTRAINT one_result_per_item UNIQUE (run_id, nodeid)"],
+    )
+    quarantine = _create_table(
+        "quarantine",
+        _measurement_checks()
+        + [
+            _check("quarantine_reason", "length(trim(reason)) > 0"),
+            "  CONSTRAINT one_quarantine_per_item UNIQUE (run_id, nodeid)",
+        ],
+    )
+    rejections = _create_table(
+        "rejections",
+        [
+            _check("rejection_names", "length(run_id) > 0 AND length(nodeid) > 0 AND length(gate) > 0"),
+            _check("rejection_verdict", "verdict IN ('rejected', 'error', 'quarantined')"),
+            _check("created_at", _timestamp("created_at")),
+        ],
+    )
+    releases = _create_table(
+        "quarantine_releases",
+        [
+            _check("release_reason", "length(trim(reason)) >= 10"),
+            _check("released_by", "length(trim(released_by)) > 0"),
+            _check("created_at", _timestamp("released_at")),
+        ],
+    )
+    chain_state = _create_table("chain_state", [], primary_key="tbl")
+    return [
+        ("protocols", protocols),
+        ("runs", runs),
+        ("results", results),
+        ("quarantine", quarantine),
+        ("rejections", rejections),
+        ("quarantine_releases", releases),
+        ("chain_state", chain_state),
+    ]
+
+
+# ----------------------------------------------------------------------------------------------- triggers
+
+
+def _measurement_triggers(table: str) -> list[tuple[str, str]]:
+    run_exists = _run_exists()
+    out = [
+        (
+            f"{table}_run_exists",
+            _trigger(
+                f"{table}_run_exists",
+                "BEFORE INSERT",
+                table,
+                f"NOT {run_exists}",
+                "run_exists",
+                f"{table}.run_id must name a row of runs; begin the run (ResultStore.begin_run) first",
+            ),
+        ),
+        (
+            f"{table}_run_open",
+            _trigger(
+                f"{table}_run_open",
+                "BEFORE INSERT",
+                table,
+                "EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id AND finished_at IS NOT NULL)",
+                "run_open",
+                "the run is finished (its nonce is revealed); rows can only be recorded while their run is open",
+            ),
+        ),
+        (
+            f"{table}_paired_seeds",
+            _trigger(
+                f"{table}_paired_seeds",
+                "BEFORE INSERT",
+                table,
+                f"{run_exists} AND NOT coalesce(CASE WHEN json_valid(NEW.seeds) THEN ("
+                "CASE WHEN json_type(NEW.seeds) = 'array' THEN ("
+                f"json_array_length(NEW.seeds) >= {_protocol_param('n_seeds')} "
+                "AND NOT EXISTS (SELECT 1 FROM json_each(NEW.seeds) "
+                "WHERE type <> 'integer' OR typeof(value) <> 'integer' OR value < 0) "
+                "AND (SELECT count(DISTINCT value) FROM json_each(NEW.seeds)) = json_array_length(NEW.seeds)"
+                ") ELSE 0 END) ELSE 0 END, 0)",
+                "paired_seeds",
+                "seeds must be a JSON array of at least the protocol seed count (protocols.n_seeds of the run) "
+                "distinct non-negative integers; every timing is paired on fresh seeds",
+            ),
+        ),
+        (
+            f"{table}_min_pairs",
+            _trigger(
+                f"{table}_min_pairs",
+                "BEFORE INSERT",
+                table,
+                f"{run_exists} AND NOT coalesce(NEW.n_pairs >= {_protocol_param('min_pairs')}, 0)",
+                "min_pairs",
+                "n_pairs is below the protocol minimum (protocols.min_pairs of the run); measure more pairs",
+            ),
+        ),
+        (
+            f"{table}_protocol_digest",
+            _trigger(
+                f"{table}_protocol_digest",
+                "BEFORE INSERT",
+                table,
+                f"{run_exists} AND NEW.protocol_sha256 IS NOT {_run_field('protocol_sha256')}",
+                "protocol_digest",
+                "protocol_sha256 differs from the protocol of its run (runs.protocol_sha256)",
+            ),
+        ),
+        (
+            f"{table}_exploratory_flag",
+            _trigger(
+                f"{table}_exploratory_flag",
+                "BEFORE INSERT",
+                table,
+                f"{run_exists} AND NEW.exploratory IS NOT {_run_field('exploratory')}",
+                "exploratory_flag",
+                "exploratory must equal the exploratory flag of its run (runs.exploratory)",
+            ),
+        ),
+    ]
+    if table == "results":
+        max_speedup = _protocol_param("max_speedup")
+        out.append(
+            (
+                "results_breaker",
+                _trigger(
+                    "results_breaker",
+                    "BEFORE INSERT",
+                    "results",
+                    f"{run_exists} AND NOT coalesce((NEW.breaker = 'ok' AND NEW.speedup <= {max_speedup}) "
+                    "OR (NEW.breaker GLOB 'released:[1-9]*' AND EXISTS (SELECT 1 FROM quarantine_releases AS rel "
+                    "JOIN quarantine AS q ON q.id = rel.quarantine_id WHERE 'released:' || rel.id = NEW.breaker "
+                    "AND q.problem = NEW.problem AND q.candidate_sha256 = NEW.candidate_sha256)), 0)",
+                    "breaker",
+                    "speedup is above the protocol breaker (protocols.max_speedup of the run) or breaker is not "
+                    "ok; such a measurement goes to quarantine, and only a recorded release (breaker = released:ID "
+                    "naming a quarantine_releases row for the same problem and candidate_sha256) lets it in",
+                ),
+            )
+        )
+    return out + _chain_triggers(table)
+
+
+def _triggers() -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    # protocols: append-only
+    for event in ("UPDATE", "DELETE"):
+        name = f"protocols_append_only_{event.lower()}"
+        out.append(
+            (
+                name,
+                _trigger(
+                    name,
+                    f"BEFORE {event}",
+                    "protocols",
+                    None,
+                    "protocols_append_only",
+                    "protocols rows are never changed; a changed protocol is a new version with a new digest",
+                ),
+            )
+        )
+    # runs
+    frozen_cols = [c for c, _, _ in COLUMNS["runs"] if c not in ("finished_at", "nonce")]
+    unchanged = " AND ".join(f"NEW.{c} IS OLD.{c}" for c in frozen_cols)
+    out += [
+        (
+            "runs_protocol_registered",
+            _trigger(
+                "runs_protocol_registered",
+                "BEFORE INSERT",
+                "runs",
+                "NOT EXISTS (SELECT 1 FROM protocols WHERE sha256 = NEW.protocol_sha256 "
+                "AND version = NEW.protocol_version)",
+                "protocol_registered",
+                "runs.protocol_sha256 and protocol_version must name a protocols row; register the protocol "
+                "(ResultStore.register_protocol) before beginning the run",
+            ),
+        ),
+        (
+            "runs_start_open",
+            _trigger(
+                "runs_start_open",
+                "BEFORE INSERT",
+                "runs",
+                "NEW.finished_at IS NOT NULL OR NEW.nonce IS NOT NULL",
+                "run_starts_open",
+                "a run is inserted unfinished (finished_at and nonce NULL); the nonce is revealed only at finish",
+            ),
+        ),
+        (
+            "runs_finish_once",
+            _trigger(
+                "runs_finish_once",
+                "BEFORE UPDATE",
+                "runs",
+                "NOT coalesce(OLD.finished_at IS NULL AND OLD.nonce IS NULL AND NEW.finished_at IS NOT NULL "
+                f"AND NEW.nonce IS NOT NULL AND {unchanged}, 0)",
+                "runs_finish_once",
+                "the only change allowed to a run is setting finished_at and nonce once, from NULL, at finish",
+            ),
+        ),
+        (
+            "runs_append_only_delete",
+            _trigger(
+                "runs_append_only_delete",
+                "BEFORE DELETE",
+                "runs",
+                None,
+                "runs_append_only",
+                "runs rows are never deleted",
+            ),
+        ),
+    ]
+    out += _chain_triggers("runs")
+    out += _measurement_triggers("results")
+    out += _measurement_triggers("quarantine")
+    # quarantine rows need a reason: a CHECK. rejections:
+    out += [
+        (
+            "rejections_run_exists",
+            _trigger(
+                "rejections_run_exists",
+                "BEFORE INSERT",
+                "rejections",
+                f"NOT {_run_exists()}",
+                "run_exists",
+                "rejections.run_id must name a row of runs; begin the run (ResultStore.begin_run) first",
+            ),
+        ),
+        (
+            "rejections_run_open",
+            _trigger(
+                "rejections_run_open",
+                "BEFORE INSERT",
+                "rejections",
+                "EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id AND finished_at IS NOT NULL)",
+                "run_open",
+                "the run is finished (its nonce is revealed); rows can only be recorded while their run is open",
+            ),
+        ),
+    ]
+    out += _chain_triggers("rejections")
+    out += [
+        (
+            "quarantine_releases_target",
+            _trigger(
+                "quarantine_releases_target",
+                "BEFORE INSERT",
+                "quarantine_releases",
+                "NOT EXISTS (SELECT 1 FROM quarantine WHERE id = NEW.quarantine_id)",
+                "release_target",
+                "quarantine_id must name a quarantine row (see: autotune quarantine list)",
+            ),
+        ),
+        (
+            "quarantine_releases_once",
+            _trigger(
+                "quarantine_releases_once",
+                "BEFORE INSERT",
+                "quarantine_releases",
+                "EXISTS (SELECT 1 FROM quarantine_releases WHERE quarantine_id = NEW.quarantine_id)",
+                "release_once",
+                "this quarantine row is already released; a release is recorded once",
+            ),
+        ),
+    ]
+    out += _chain_triggers("quarantine_releases")
+    # chain_state: rows are seeded by the migration; afterwards only the chain_advance triggers move them
+    heads = " ".join(
+        f"WHEN '{t}' THEN (SELECT row_hash FROM {t} WHERE rowid = (SELECT max(rowid) FROM {t}))"
+        for t in CHAINED_TABLES
+    )
+    out += [
+        (
+            "chain_state_advance_only",
+            _trigger(
+                "chain_state_advance_only",
+                "BEFORE UPDATE",
+                "chain_state",
+                f"NOT coalesce(NEW.tbl = OLD.tbl AND NEW.count = OLD.count + 1 AND NEW.head = (CASE OLD.tbl {heads} END), 0)",
+                "chain_state_guard",
+                "chain_state only advances to the row_hash of the row just inserted",
+            ),
+        ),
+        (
+            "chain_state_no_insert",
+            _trigger(
+                "chain_state_no_insert",
+                "BEFORE INSERT",
+                "chain_state",
+                None,
+                "chain_state_guard",
+                "chain_state has one row per chained table, created with the schema",
+            ),
+        ),
+        (
+            "chain_state_no_delete",
+            _trigger(
+                "chain_state_no_delete",
+                "BEFORE DELETE",
+                "chain_state",
+                None,
+                "chain_state_guard",
+                "chain_state rows are never deleted",
+            ),
+        ),
+    ]
+    return out
+
+
+TABLES: list[tuple[str, str]] = _tables()
+TRIGGERS: list[tuple[str, str]] = _triggers()
+
+#: (type, name) -> exact SQL stored in sqlite_master once every migration is applied
+EXPECTED_SCHEMA: dict[tuple[str, str], str] = {
+    **{("table", name): sql for name, sql in TABLES},
+    **{("trigger", name): sql for name, sql in TRIGGERS},
+}
+
+#: tables this schema owns (others in the file, like sqlite-utils' _sqlite_migrations, are ignored by verify)
+OWN_TABLES = tuple(name for name, _ in TABLES)
+
+
+def _constraint_names() -> list[str]:
+    import re
+
+    names: list[str] = []
+    for _, sql in TABLES:
+        for m in re.finditer(r"CONSTRAINT (\w+) CHECK", sql):
+            if m.group(1) not in names:
+                names.append(m.group(1))
+    return names
+
+
+def _trigger_rules() -> dict[str, str]:
+    import re
+
+    out = {}
+    for name, sql in TRIGGERS:
+        m = re.search(r"RAISE\(ABORT, '(\w+):", sql)
+        if m:
+            out[name] = m.group(1)
+    return out
+
+
+#: what each named CHECK constraint requires (the explanation ValidatorRefusal adds to SQLite's bare message)
+CHECK_EXPLANATIONS: dict[str, str] = {
+    "digests": "every *_sha256 column must be 64 lowercase hex digits",
+    "protocol_params": "protocol rows need a version, frozen 0/1, n_seeds >= 1, min_pairs >= 2, finite max_speedup > 1",
+    "created_at": "timestamps must be ISO 8601 (YYYY-MM-DDTHH:MM:SS...)",
+    "run_names": "run_id, started_at, protocol_version, harness_version, host and device must be non-empty",
+    "flags": "boolean columns must be 0 or 1",
+    "frozen_or_exploratory": "a run under an unfrozen protocol must be exploratory (--autotune-exploratory)",
+    "run_json": "device_fingerprint and provenance must be JSON objects, argv a JSON array",
+    "nonce_reveal": "finished_at and nonce are set together, the nonce as 64 hex digits",
+    "kind": "kind must be 'kernel' or 'engine'",
+    "names": "nodeid, problem, candidate, baseline and device must be non-empty",
+    "times_positive": "candidate_s and baseline_s must be finite and > 0",
+    "speedup_in_ci": "0 < ci_low <= speedup <= ci_high, all finite",
+    "strawman_speedup": "strawman_speedup must be finite and > 0",
+    "correctness_passed": "only measurements whose correctness gate passed are recorded (correctness = 'passed')",
+    "probes_passed": "probes must be a JSON object with status 'passed' or 'disabled'",
+    "integrity_passed": "only measurements whose integrity gate passed are recorded (integrity = 'passed')",
+    "iteration": "iteration must be NULL or >= 0",
+    "provenance_json": "provenance must be a JSON object",
+    "row_mac": "row_mac must be 64 lowercase hex digits (HMAC-SHA256 with the run nonce)",
+    "quarantine_reason": "a quarantined measurement needs a non-empty reason",
+    "rejection_names": "run_id, nodeid and gate must be non-empty",
+    "rejection_verdict": "verdict must be 'rejected', 'error' or 'quarantined'",
+    "release_reason": "a release needs a written reason of at least 10 characters (a release is recorded, never silent)",
+    "released_by": "released_by must name who released it",
+}
+
+#: names of every CHECK constraint (also the rule name SQLite reports: "CHECK constraint failed: <name>")
+CHECK_NAMES: list[str] = _constraint_names()
+#: trigger name -> the rule name its RAISE message starts with
+TRIGGER_RULES: dict[str, str] = _trigger_rules()
+
+
+# ----------------------------------------------------------------------------------------------- migrations
+
+
+@migrations(name="0001_initial")
+def m0001_initial(db) -> None:
+    """Tables, CHECK constraints, validator triggers, chain_state seeds."""
+    for _, sql in TABLES:
+        db.execute(sql)
+    for table in CHAINED_TABLES:
+        db.execute("INSERT INTO chain_state (tbl, head, count) VALUES (?, ?, 0)", [table, ZERO_HASH])
+    # SQLite fires the BEFORE triggers of one event in reverse creation order (observed, not relied upon for
+    # correctness): create them last-rule-first so that a raw insert is told about the most basic rule first
+    for _, sql in reversed(TRIGGERS):
+        db.execute(sql)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 1")

@@ -203,6 +203,8 @@ class ItemOutcome:
             "candidate_s": m.candidate_s if m else None,
             "baseline_s": m.baseline_s if m else None,
             "ci_target_met": m.ci_target_met if m else None,
+            "retest_of": (self.details.get("transfer") or {}).get("retest_of"),
+            "transfer_ratio": (self.details.get("transfer") or {}).get("transfer_ratio"),
             "warnings": list(self.warnings),
             "details": self.details,
         }

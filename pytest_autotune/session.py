@@ -8,6 +8,7 @@ their rows through ``workeroutput``; only the controller writes the database.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -101,6 +102,7 @@ class AutotuneSession:
         self.store_errors: list[str] = []
         self._flow: Optional[KernelFlow] = None
         self._pool: Optional[SandboxPool] = None
+        self.origins = None  # OriginIndex for the held-out retest leg (controller, --device=mlx)
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
@@ -111,6 +113,7 @@ class AutotuneSession:
             self.run_id = uuid.uuid4().hex
             if self.opts.measuring:
                 self._open_store()
+                self._load_origins()
 
     # ---------------------------------------------------------------------------------------- setup
     def _check_surface(self) -> Optional[dict]:
@@ -179,6 +182,33 @@ class AutotuneSession:
             for rel in q.get("releases") or []:
                 self.releases[(q["problem"], q["candidate_sha256"])] = int(rel["id"])
 
+    def _load_origins(self) -> None:
+        """The held-out leg links each result to the result it retests (DESIGN: transfer ratio)."""
+        if self.device.framework != "mlx":
+            return
+        from .plugin import BUNDLED_ROOT
+        from .study.transfer import OriginIndex, origin_reports
+
+        idx = OriginIndex(self.opts.device)
+        for report in origin_reports([Path(self.config.rootpath) / BUNDLED_ROOT, *self.opts.problems]):
+            idx.add_report(report)
+        if self.store is not None:
+            idx.add_store_rows(self.store.results())
+        self.origins = idx
+
+    def annotate(self, outcome: ItemOutcome) -> ItemOutcome:
+        """Add the transfer ratio to a held-out result (controller only)."""
+        if self.origins is None or outcome.verdict != "accepted" or outcome.measurement is None:
+            return outcome
+        t = self.origins.transfer(outcome.problem, outcome.candidate, outcome.measurement.speedup)
+        if t is None:
+            return dataclasses.replace(outcome, warnings=outcome.warnings + (
+                "held-out retest: no origin result for this candidate (run it on the origin device first, "
+                "or commit a certified report under <suite>/origins/)",))
+        details = dict(outcome.details)
+        details["transfer"] = t.to_json()
+        return dataclasses.replace(outcome, details=details)
+
     def _run_record(self) -> RunRecord:
         git_sha, dirty = git_state(Path(self.config.rootpath))
         facts = {
@@ -238,6 +268,8 @@ class AutotuneSession:
 
     def run_item(self, spec: KernelItemSpec) -> FlowVerdict:
         verdict = self.flow().run(spec)
+        if not self.is_worker:
+            verdict = dataclasses.replace(verdict, outcome=self.annotate(verdict.outcome))
         if self.opts.measuring:
             self._record(verdict)
         self.outcomes.append(verdict.outcome)
@@ -249,7 +281,12 @@ class AutotuneSession:
         o = verdict.outcome
         rows: list[tuple[str, dict]] = []
         if verdict.result is not None:
-            rows.append(("results", verdict.result.as_row()))
+            row = verdict.result.as_row()
+            transfer = o.details.get("transfer")
+            if transfer:
+                row["retest_of"] = transfer["retest_of"]
+                row["transfer_ratio"] = transfer["transfer_ratio"]
+            rows.append(("results", row))
         elif verdict.quarantine is not None:
             rows.append(("quarantine", verdict.quarantine.as_row()))
         if o.verdict != "accepted":
@@ -288,13 +325,21 @@ class AutotuneSession:
     # ---------------------------------------------------------------------------------------- xdist
     def ingest_worker(self, output: dict) -> None:
         payload = output.get(WORKER_OUTPUT_KEY) or {}
+        transfers: dict[str, dict] = {}
         for o in payload.get("outcomes", []):
-            self.outcomes.append(ItemOutcome.from_json(o))
+            outcome = self.annotate(ItemOutcome.from_json(o))
+            if "transfer" in outcome.details:
+                transfers[outcome.nodeid] = outcome.details["transfer"]
+            self.outcomes.append(outcome)
         for err in payload.get("store_errors", []):
             self.store_errors.append(err)
         if self.store is not None:
             for r in payload.get("rows", []):
-                self.write_row(r["table"], r["row"], r.get("nodeid", "?"))
+                row = r["row"]
+                t = transfers.get(r.get("nodeid", ""))
+                if t and r["table"] == "results":
+                    row = {**row, "retest_of": t["retest_of"], "transfer_ratio": t["transfer_ratio"]}
+                self.write_row(r["table"], row, r.get("nodeid", "?"))
 
     def worker_output(self) -> dict:
         return {"rows": self.worker_payload.rows, "outcomes": self.worker_payload.outcomes,

@@ -35,6 +35,15 @@ def write_summary(tr: Any, session: "AutotuneSession") -> None:
         tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), bold=(i == 0))
     if any(o.measurement is not None and not o.measurement.ci_target_met for o in outs):
         tr.write_line("* CI target not reached within the item's time budget (see warnings)")
+    transfers = [(o, o.details["transfer"]) for o in outs if o.details.get("transfer")]
+    if transfers:
+        tr.write_line("")
+        tr.write_line(f"held-out retest on {session.opts.device} (baseline re-derived here; "
+                      "transfer ratio = held-out speedup / origin speedup):", bold=True)
+        for o, t in transfers:
+            tr.write_line(f"  {o.problem}/{o.candidate}: origin {_fmt(t['origin_speedup'])} on {t['origin_device']} "
+                          f"-> {_fmt(t['heldout_speedup'])} here, transfer ratio {t['transfer_ratio']:.2f}: "
+                          f"{t['verdict']}  [{t['retest_of']}]")
     s = summarize(outs, session.protocol.bars.fast_p_thresholds, session.opts.measuring)
     fp = ", ".join(f"fast_{k}={'-' if v is None else f'{v:.2f}'}" for k, v in s["fast_p"].items())
     med = "-" if s["median_speedup"] is None else _fmt(s["median_speedup"])

@@ -64,6 +64,10 @@ class Device(abc.ABC):
         """Called once in every process that runs models on this device."""
         torch.set_num_threads(threads)
 
+    def warm_runtime(self) -> None:
+        """Start the runtime's own threads/streams (one tiny op) before threads are counted."""
+        return None
+
     @abc.abstractmethod
     def to_device(self, value: Any) -> Any:
         """An input (torch tensor built on CPU) as this device's input."""

@@ -27,7 +27,7 @@ from .measure.schedule import TimingRefused, run_paired_timing
 from .problems.discovery import baselines_for
 from .problems.inputs import materialize
 from .problems.loader import LoadedProblem
-from .problems.model import REFERENCE_BASELINE, BaselineRef, CandidateRef, ProblemRef, SourceFile
+from .problems.model import REFERENCE_BASELINE, CandidateRef, ProblemRef, SourceFile
 from .protocol import Protocol
 from .result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure, SandboxPool

@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .gates.base import Gate
     from .measure.devices.base import DeviceSpec
     from .provenance import ProvenanceKey
-    from .result import KernelResult
 
 
 @pytest.hookspec

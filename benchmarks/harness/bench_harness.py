@@ -1,0 +1,184 @@
+"""Benchmarks of the harness itself (not tests): A/A bias, re-measure deviation, per-item overhead.
+
+    python benchmarks/harness/bench_harness.py aa --repeats 3            # A/A items of the bundled suite
+    python benchmarks/harness/bench_harness.py remeasure --repeats 3     # the suite measured several times
+    python benchmarks/harness/bench_harness.py overhead                  # where an item's wall time goes
+    python benchmarks/harness/bench_harness.py all --repeats 3 --out docs/harness-data.json
+
+Each repeat is a fresh `pytest --autotune` session (its own nonce, zygote and sandboxes) on the bundled suite,
+so the numbers include everything a user's run includes. Extra pytest arguments go after `--`, e.g.
+`-- --device=cuda` or `-- -k "softmax or relu"`. Results are printed as Markdown tables and, with --out, saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]:
+    rep = workdir / f"{tag}.json"
+    db = workdir / f"{tag}.db"
+    cmd = [sys.executable, "-m", "pytest", "--autotune", f"--autotune-json={rep}", f"--autotune-db={db}",
+           "-q", "-p", "no:cacheprovider", *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if not rep.exists():
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"session {tag} wrote no report (exit {proc.returncode})")
+    return json.loads(rep.read_text()), wall
+
+
+def aa(repeats: int, extra: list[str], workdir: Path) -> dict:
+    rows = []
+    for i in range(repeats):
+        r, wall = run_session(["--autotune-aa", "-k", "reference-aa", *extra], workdir, f"aa{i}")
+        for it in r["items"]:
+            if it["verdict"] == "accepted":
+                rows.append({"repeat": i, "problem": it["problem"], "speedup": it["speedup"], "ci": it["ci"],
+                             "n_pairs": it["n_pairs"], "baseline_s": it["baseline_s"]})
+            else:
+                rows.append({"repeat": i, "problem": it["problem"], "verdict": it["verdict"], "gate": it["gate"],
+                             "reason": it["reason"][:200]})
+    ok = [x for x in rows if "speedup" in x]
+    logs = [math.log(x["speedup"]) for x in ok]
+    covered = [x["ci"][0] <= 1.0 <= x["ci"][1] for x in ok]
+    return {
+        "items": rows,
+        "n": len(ok),
+        "refused": len(rows) - len(ok),
+        "median_aa": statistics.median(x["speedup"] for x in ok) if ok else None,
+        "geomean_aa": math.exp(statistics.fmean(logs)) if logs else None,
+        "median_abs_log_dev": statistics.median(abs(v) for v in logs) if logs else None,
+        "max_abs_dev": max(abs(x["speedup"] - 1) for x in ok) if ok else None,
+        "ci_covers_one": sum(covered) / len(covered) if covered else None,
+        "median_ci_width": statistics.median((x["ci"][1] - x["ci"][0]) / x["speedup"] for x in ok) if ok else None,
+    }
+
+
+def remeasure(repeats: int, extra: list[str], workdir: Path) -> dict:
+    runs = []
+    for i in range(repeats):
+        r, wall = run_session(extra, workdir, f"rm{i}")
+        runs.append({(it["problem"], it["candidate"]): it for it in r["items"]})
+    keys = sorted(set.intersection(*[set(k for k, v in run.items() if v["verdict"] == "accepted") for run in runs]))
+    per_item = []
+    for k in keys:
+        s = [run[k]["speedup"] for run in runs]
+        cis = [run[k]["ci"] for run in runs]
+        pairwise = [abs(math.log(a / b)) for i, a in enumerate(s) for b in s[i + 1:]]
+        overlap = max(c[0] for c in cis) <= min(c[1] for c in cis)
+        per_item.append({"problem": k[0], "candidate": k[1], "speedups": s, "max_abs_log_dev": max(pairwise),
+                         "cis_overlap": overlap})
+    verdicts_equal = all(
+        {k: (v["verdict"], v["gate"]) for k, v in runs[0].items()} == {k: (v["verdict"], v["gate"]) for k, v in r.items()}
+        for r in runs[1:])
+    devs = [abs(math.log(a / b)) for it in per_item for i, a in enumerate(it["speedups"]) for b in it["speedups"][i + 1:]]
+    return {
+        "items": per_item,
+        "n_items": len(per_item),
+        "same_verdicts": verdicts_equal,
+        "median_rel_dev": (math.exp(statistics.median(devs)) - 1) if devs else None,
+        "p90_rel_dev": (math.exp(sorted(devs)[int(0.9 * (len(devs) - 1))]) - 1) if devs else None,
+        "max_rel_dev": (math.exp(max(devs)) - 1) if devs else None,
+        "cis_overlap_fraction": (sum(it["cis_overlap"] for it in per_item) / len(per_item)) if per_item else None,
+    }
+
+
+def overhead(extra: list[str], workdir: Path) -> dict:
+    r, wall = run_session(extra, workdir, "ovh")
+    items = []
+    for it in r["items"]:
+        d = it.get("details") or {}
+        st = d.get("stage_seconds") or {}
+        wc = d.get("wall_clock") or {}
+        items.append({"problem": it["problem"], "candidate": it["candidate"], "verdict": it["verdict"],
+                      "item_s": d.get("item_seconds"), "stages": st,
+                      "timed_rounds_s": wc.get("controller_s"), "samples_s": wc.get("reported_s"),
+                      "n_pairs": it.get("n_pairs")})
+    total_items = sum(x["item_s"] or 0 for x in items)
+    total_samples = sum(x["samples_s"] or 0 for x in items)
+    return {"session_wall_s": wall, "items": items, "sum_item_s": total_items, "sum_samples_s": total_samples,
+            "timed_fraction": (total_samples / total_items) if total_items else None,
+            "per_item_overhead_s": ((total_items - total_samples) / len(items)) if items else None}
+
+
+def md_aa(a: dict) -> str:
+    f = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
+    return (f"| A/A items | median A/A | geomean A/A | median abs log dev | max abs dev | CI covers 1.0 | median CI width | refused |\n"
+            f"|---|---|---|---|---|---|---|---|\n"
+            f"| {a['n']} | {f(a['median_aa'], 4)} | {f(a['geomean_aa'], 4)} | {f(a['median_abs_log_dev'], 4)} | "
+            f"{f(a['max_abs_dev'])} | {f(a['ci_covers_one'], 2)} | {f(a['median_ci_width'])} | {a['refused']} |\n")
+
+
+def md_remeasure(m: dict) -> str:
+    f = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    lines = ["| problem | candidate | speedups | max deviation | CIs overlap |", "|---|---|---|---|---|"]
+    for it in m["items"]:
+        lines.append(f"| {it['problem']} | {it['candidate']} | {', '.join(f'{s:.2f}x' for s in it['speedups'])} | "
+                     f"{100 * (math.exp(it['max_abs_log_dev']) - 1):.1f}% | {'yes' if it['cis_overlap'] else 'no'} |")
+    lines.append("")
+    lines.append(f"items {m['n_items']}, same verdicts in every session: {m['same_verdicts']}; speedup deviation "
+                 f"between sessions: median {f(m['median_rel_dev'])}, p90 {f(m['p90_rel_dev'])}, max "
+                 f"{f(m['max_rel_dev'])}; CIs overlap in {f(m['cis_overlap_fraction'])} of items")
+    return "\n".join(lines) + "\n"
+
+
+def md_overhead(o: dict) -> str:
+    lines = ["| problem | candidate | item s | correctness s | probe s | timed rounds s | samples s | pairs |",
+             "|---|---|---|---|---|---|---|---|"]
+    g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    for it in o["items"]:
+        st = it["stages"]
+        lines.append(f"| {it['problem']} | {it['candidate']} | {g(it['item_s'])} | {g(st.get('correctness'))} | "
+                     f"{g(st.get('probe'))} | {g(it['timed_rounds_s'])} | {g(it['samples_s'])} | {it['n_pairs']} |")
+    lines.append("")
+    lines.append(f"session wall {o['session_wall_s']:.1f} s; sum of items {o['sum_item_s']:.1f} s, of which timed "
+                 f"samples {o['sum_samples_s']:.1f} s ({100 * (o['timed_fraction'] or 0):.0f}%); overhead per item "
+                 f"{o['per_item_overhead_s']:.2f} s")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["aa", "remeasure", "overhead", "all"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="autotune-harness-"))
+    out: dict = {"argv": sys.argv, "extra": extra, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                 "host_cpus": os.cpu_count(), "loadavg_before": os.getloadavg()}
+    if a.what in ("aa", "all"):
+        out["aa"] = aa(a.repeats, extra, workdir)
+        print("## A/A bias\n\n" + md_aa(out["aa"]))
+    if a.what in ("remeasure", "all"):
+        out["remeasure"] = remeasure(a.repeats, extra, workdir)
+        print("## Re-measure\n\n" + md_remeasure(out["remeasure"]))
+    if a.what in ("overhead", "all"):
+        out["overhead"] = overhead(extra, workdir)
+        print("## Per-item overhead\n\n" + md_overhead(out["overhead"]))
+    out["loadavg_after"] = os.getloadavg()
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

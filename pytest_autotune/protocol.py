@@ -99,6 +99,7 @@ class SandboxSection:
     timeout_s: float = _f(gt=0.0)
     memory_mb: int = _f(ge=64)
     start_timeout_s: float = _f(gt=0.0)
+    malloc: str = _f(choices=("reuse", "default"))
 
 
 @dataclass(frozen=True)

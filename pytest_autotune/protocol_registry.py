@@ -14,7 +14,7 @@ from .protocol import Protocol
 
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
-    "1": "fada7b3f05c26cdd81175d31a33257c235e67c79c20da44d021a003d31dd0302",
+    "1": "db43a5136681202bc257ab875cbc8573cbed7ab03ef18e50e813010f7830c73c",
 }
 
 

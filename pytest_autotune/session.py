@@ -31,6 +31,10 @@ from .sandbox.runner import SandboxPool
 from .seeds import new_nonce, nonce_commitment
 
 SESSION_KEY = pytest.StashKey["AutotuneSession"]()
+#: [sandbox].malloc = "reuse": glibc serves blocks up to 32 MiB from its heap and keeps freed memory, so a call's
+#: temporaries cost the same whichever arm ran before it (read by glibc when the zygote starts)
+MALLOC_REUSE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                    "MALLOC_TOP_PAD_": str(64 << 20)}
 WORKER_INPUT_KEY = "pytest_autotune"
 WORKER_OUTPUT_KEY = "pytest_autotune"
 
@@ -262,9 +266,12 @@ class AutotuneSession:
         return self._flow
 
     def _sandbox_env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if self.protocol.sandbox.malloc == "reuse":
+            env.update(MALLOC_REUSE_ENV)
         if self.opts.device == "cuda":
-            return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-        return {}
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        return env
 
     def run_item(self, spec: KernelItemSpec) -> FlowVerdict:
         verdict = self.flow().run(spec)

@@ -117,7 +117,6 @@ class AutotuneSession:
             self.run_id = uuid.uuid4().hex
             if self.opts.measuring:
                 self._open_store()
-                self._load_origins()
 
     # ---------------------------------------------------------------------------------------- setup
     def _check_surface(self) -> Optional[dict]:
@@ -180,6 +179,9 @@ class AutotuneSession:
             raise
         self.store.register_protocol(self.protocol, frozen=self.freeze.frozen)
         self.run = self._run_record()
+        # origins are read before this run begins: every results row it can link to then belongs to a run that
+        # began earlier, so merge/verify (which copy run by run) always meet the origin before the link
+        self._load_origins()
         self.store.begin_run(self.run)
         self.releases = {}
         for q in self.store.quarantine_list():

@@ -555,7 +555,9 @@ def dry_run_insert(run: RunRecord, proto: Protocol, table: str, row: dict, *, no
     Rules that depend on other rows of the real database are checked against this one: the hash chain and "one row
     per item" trivially pass; a results row whose ``breaker`` is ``released:<id>`` is checked against a stand-in
     quarantine row and release with that id for the row's problem and candidate_sha256 (whether that release really
-    exists is decided by the controller's insert into the real store)."""
+    exists is decided by the controller's insert into the real store); likewise a results row whose ``retest_of``
+    is ``results:<id>`` is checked against a stand-in origin row with that id (same problem and candidate, another
+    device, speedup = speedup / transfer_ratio)."""
     store = ResultStore._memory()
     try:
         store.register_protocol(proto, frozen=run.protocol_frozen)
@@ -564,9 +566,33 @@ def dry_run_insert(run: RunRecord, proto: Protocol, table: str, row: dict, *, no
         m = re.fullmatch(r"released:([1-9][0-9]{0,17})", breaker) if isinstance(breaker, str) else None
         if m:
             _stand_in_release(store, row, int(m.group(1)), nonce)
+        retest = row.get("retest_of") if table == "results" else None
+        m = re.fullmatch(r"results:([1-9][0-9]{0,17})", retest) if isinstance(retest, str) else None
+        if m:
+            _stand_in_origin(store, row, int(m.group(1)), nonce)
         store.insert_row(table, row, nonce=nonce if table in MAC_TABLES else None)
     finally:
         store.close()
+
+
+def _stand_in_origin(store: ResultStore, row: dict, origin_id: int, nonce: bytes) -> None:
+    ratio, speedup = row.get("transfer_ratio"), row.get("speedup")
+    try:
+        origin_speedup = float(speedup) / float(ratio)  # type: ignore[arg-type]
+    except (TypeError, ValueError, ZeroDivisionError):
+        return  # the real insert below reports the rule
+    if not (origin_speedup > 0 and origin_speedup < float("inf")):
+        return
+    origin = {k: v for k, v in row.items() if k not in ("retest_of", "transfer_ratio", "breaker", "id")}
+    origin.update(nodeid=f"{row.get('nodeid')}#dry-run-origin", device=f"{row.get('device')}#dry-run-origin",
+                  speedup=origin_speedup, ci_low=origin_speedup, ci_high=origin_speedup, breaker="ok")
+    with store._write() as conn:
+        conn.execute("DELETE FROM sqlite_sequence WHERE name = 'results'")
+        conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('results', ?)", [origin_id - 1])
+    try:
+        store.insert_row("results", origin, nonce=nonce)
+    except ValidatorRefusal:
+        return  # e.g. an origin above the breaker (released there): the real store decides
 
 
 def _stand_in_release(store: ResultStore, row: dict, release_id: int, nonce: bytes) -> None:

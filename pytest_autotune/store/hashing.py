@@ -4,6 +4,8 @@
   ``prev_hash``, ``row_hash`` and ``row_mac`` (for ``runs`` also ``finished_at`` and ``nonce``, which are written
   at finish), each value normalised by the column's declared type (REAL -> float, INTEGER -> int, TEXT -> str,
   NULL -> None), so that the row ``verify`` reads back from SQLite hashes exactly like the row the writer hashed.
+  Columns added by a later migration (``schema.HASH_OMIT_NULL``: ``results.retest_of``, ``transfer_ratio``) are
+  left out while NULL, so rows written before the migration keep their hashes and MACs.
 * ``row_hash = sha256(prev_hash_hex + canonical_row)`` (hex), ``prev_hash`` is the previous row's ``row_hash`` in
   the same table (64 zeros for the first row).
 * ``row_mac = HMAC-SHA256(nonce, canonical_row)`` (hex), keyed with the run's secret 32-byte nonce, which is
@@ -20,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..result import canonical_json
-from .schema import COLUMN_TYPES, HASH_EXCLUDED, ZERO_HASH
+from .schema import COLUMN_TYPES, HASH_EXCLUDED, HASH_OMIT_NULL, ZERO_HASH
 
 __all__ = [
     "ZERO_HASH",
@@ -81,11 +83,15 @@ def canonical_row(table: str, row: Mapping[str, Any]) -> str:
     """The canonical JSON of ``row`` (a row of ``table``), as hashed and MACed."""
     types = COLUMN_TYPES[table]
     excluded = HASH_EXCLUDED[table]
+    omit_null = HASH_OMIT_NULL[table]
     values = {}
     for col, ty in types.items():
         if col in excluded:
             continue
-        values[col] = normalise(row.get(col), ty)
+        value = normalise(row.get(col), ty)
+        if value is None and col in omit_null:
+            continue
+        values[col] = value
     return _dumps(values)
 
 

@@ -5,7 +5,9 @@ For each source (after it passes ``verify``, unless ``force``): its protocols ar
 through the target's own triggers (``prev_hash``/``row_hash`` recomputed in the target chain; ``row_mac`` kept,
 it covers content only), and the run is finished with its revealed nonce. Quarantine releases follow their
 quarantine rows; a result whose ``breaker`` names a release is rewritten to the target's release id (and, as
-that changes its content, its MAC recomputed with the run's revealed nonce).
+that changes its content, its MAC recomputed with the run's revealed nonce). A held-out result linked to the
+result it retests in the same store (``retest_of = 'results:<id>'``) is re-mapped the same way to that row's id
+in the target; if the row it names was not copied into the target, the linked row is refused (reported).
 
 A run already in the target (same run_id) is skipped as a duplicate, so merging the same source twice inserts
 nothing. A row the validator refuses (or, for a finished run, whose MAC does not match the revealed nonce) is
@@ -23,7 +25,7 @@ from pathlib import Path
 from ..errors import StoreError, ValidatorRefusal
 from .db import ResultStore
 from .hashing import canonical_row, nonce_commitment, row_mac
-from .schema import MAC_TABLES
+from .schema import MAC_TABLES, RETEST_RESULTS_PREFIX
 
 __all__ = ["MergeReport", "merge_databases", "replay_problems"]
 
@@ -93,6 +95,7 @@ class _Copier:
         self.check_macs = check_macs
         self.qmap: dict[int, int] = {}  # source quarantine id -> target quarantine id
         self.relmap: dict[int, int | None] = {}  # source release id -> target release id (None: refused)
+        self.rmap: dict[int, int] = {}  # source results id -> target results id
 
     def _where(self, table: str, row: dict) -> str:
         ident = f"run {row['run_id']}" if table == "runs" else f"row {row['id']}"
@@ -180,6 +183,21 @@ class _Copier:
                     content["breaker"] = f"released:{tgt_rel}"
                     if nonce is not None:
                         content["row_mac"] = row_mac(nonce, canonical_row(table, content))
+        retest = content.get("retest_of")
+        if table == "results" and isinstance(retest, str) and retest.startswith(RETEST_RESULTS_PREFIX):
+            src_origin = retest[len(RETEST_RESULTS_PREFIX):]
+            ok = src_origin.isascii() and src_origin.isdigit()
+            tgt_origin = self._target_result_id(int(src_origin)) if ok else None
+            if tgt_origin is None:
+                self.sink.refused(
+                    f"{self._where(table, row)} refused: it retests results row {src_origin} of the source "
+                    f"({retest}), which is not in the target, so its link cannot be kept"
+                )
+                return
+            if str(tgt_origin) != src_origin:
+                content["retest_of"] = f"{RETEST_RESULTS_PREFIX}{tgt_origin}"
+                if nonce is not None:
+                    content["row_mac"] = row_mac(nonce, canonical_row(table, content))
         try:
             new_id = self.target.insert_row(table, content, nonce=None)
         except ValidatorRefusal as e:
@@ -188,6 +206,21 @@ class _Copier:
         self.sink.inserted(table)
         if table == "quarantine":
             self.qmap[row["id"]] = new_id
+        elif table == "results":
+            self.rmap[row["id"]] = new_id
+
+    def _target_result_id(self, src_id: int) -> int | None:
+        """The target's id of source results row ``src_id``: copied in this merge, or already in the target (its
+        run was merged before: found by run_id and nodeid). None when it is not there."""
+        if src_id in self.rmap:
+            return self.rmap[src_id]
+        r = self.src.execute("SELECT run_id, nodeid FROM results WHERE id = ?", [src_id]).fetchone()
+        if r is None:
+            return None
+        found = self.target._conn.execute(
+            "SELECT id FROM results WHERE run_id = ? AND nodeid = ?", [r["run_id"], r["nodeid"]]
+        ).fetchone()
+        return int(found[0]) if found else None
 
     def _ensure_release(self, src_id: int) -> int | None:
         if src_id in self.relmap:

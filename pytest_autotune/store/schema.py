@@ -9,6 +9,13 @@ Migrations are applied with :class:`sqlite_utils.migrations.Migrations`; each mi
 sets ``PRAGMA user_version``. :data:`EXPECTED_SCHEMA` is the exact SQL of every object after all migrations,
 which ``verify`` compares against ``sqlite_master`` (a dropped or edited trigger is a problem).
 
+Migrations (a new database runs them all, in order; an older one the ones it lacks, in place):
+
+* ``0001_initial`` (user_version 1): every table, CHECK and trigger of the first schema.
+* ``0002_retest`` (user_version 2): ``results.retest_of`` and ``results.transfer_ratio`` (the held-out retest
+  link, docs/heldout.md) with their CHECKs, added by ``ALTER TABLE ... ADD COLUMN`` (existing rows read NULL
+  there, so they keep their hashes: :data:`HASH_OMIT_NULL`), and the trigger ``results_retest_link``.
+
 docs/schema.md documents every table, column, constraint and trigger defined here.
 """
 
@@ -17,7 +24,7 @@ from __future__ import annotations
 from sqlite_utils.migrations import Migrations
 
 #: ``PRAGMA user_version`` once every migration below has been applied.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: ``PRAGMA application_id`` of a pytest-autotune store ("PATS").
 APPLICATION_ID = 0x50415453
@@ -109,6 +116,9 @@ COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("created_at", "TEXT", False),
         ("row_mac", "TEXT", False),
         *_CHAIN,
+        # migration 0002_retest (ADD COLUMN appends them after the last column)
+        ("retest_of", "TEXT", True),
+        ("transfer_ratio", "REAL", True),
     ],
     "quarantine": [
         ("id", "INTEGER", False),
@@ -155,6 +165,14 @@ CHAINED_TABLES = ("runs", "results", "quarantine", "rejections", "quarantine_rel
 #: tables whose rows carry row_mac = HMAC(run nonce, canonical row)
 MAC_TABLES = ("results", "quarantine")
 
+#: columns added by a later migration (``ALTER TABLE ... ADD COLUMN``), per table, in the order they were added
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"results": ("retest_of", "transfer_ratio")}
+
+#: columns left out of the canonical row when NULL: the columns added by later migrations, so that a row written
+#: before the migration (NULL there) hashes, and MACs, exactly as it did when it was written; a set value is
+#: always part of the canonical row
+HASH_OMIT_NULL: dict[str, frozenset[str]] = {t: frozenset(ADDED_COLUMNS.get(t, ())) for t in COLUMNS}
+
 #: columns never part of the canonical row: identity and the chain/MAC columns themselves; for runs also the two
 #: columns written at finish (the nonce is checked through its commitment instead)
 HASH_EXCLUDED: dict[str, frozenset[str]] = {
@@ -189,8 +207,11 @@ def _check(name: str, expr: str) -> str:
 
 
 def _column_defs(table: str) -> list[str]:
+    """Column definitions of the table as migration 0001 creates it (columns added later are not there)."""
     out = []
     for name, ty, nullable in COLUMNS[table]:
+        if name in ADDED_COLUMNS.get(table, ()):
+            continue
         if name == "id":
             out.append("  id INTEGER PRIMARY KEY AUTOINCREMENT")
         else:
@@ -316,7 +337,54 @@ def _measurement_checks() -> list[str]:
     ]
 
 
+# the held-out retest link (migration 0002_retest): "results:<id>" (a results row of this database) or
+# "report:<file>#<run_id>/<nodeid>" (an item of a committed JSON report); the ratio = held-out / origin speedup
+RETEST_RESULTS_PREFIX = "results:"
+RETEST_REPORT_PREFIX = "report:"
+#: relative tolerance of ``transfer_ratio = speedup / origin speedup`` (rule retest_link)
+TRANSFER_RATIO_RTOL = 1e-9
+
+
+def _column_check(name: str, expr: str) -> str:
+    return f"CONSTRAINT {name} CHECK (coalesce({expr}, 0))"
+
+
+#: (column, column definition as ``ALTER TABLE results ADD COLUMN`` receives it), in migration order
+RETEST_COLUMN_DEFS: list[tuple[str, str]] = [
+    (
+        "retest_of",
+        "retest_of TEXT "
+        + _column_check(
+            "retest_ref",
+            "retest_of IS NULL "
+            "OR (retest_of GLOB 'results:[1-9]*' AND substr(retest_of, 9) NOT GLOB '*[^0-9]*' "
+            "AND length(retest_of) <= 26) "
+            "OR (retest_of GLOB 'report:*' AND length(trim(substr(retest_of, 8))) > 0)",
+        ),
+    ),
+    (
+        "transfer_ratio",
+        "transfer_ratio REAL "
+        + _column_check("retest_pair", "(retest_of IS NULL) = (transfer_ratio IS NULL)")
+        + " "
+        + _column_check("transfer_ratio_positive", f"transfer_ratio IS NULL OR {_finite_positive('transfer_ratio')}"),
+    ),
+]
+
+
+def _with_added_columns(table_sql: str, table: str, defs: list[str]) -> str:
+    """``table_sql`` as SQLite stores it after ``ALTER TABLE table ADD COLUMN <def>`` for each of ``defs``:
+    SQLite inserts ``, <def>`` right after the text of the last column definition (before the table
+    constraints). Computed here so that ``verify`` can compare the stored SQL exactly; a test checks that a new
+    database and a migrated one store exactly this."""
+    last = _column_defs(table)[-1]
+    anchor = last + ",\n"
+    assert table_sql.count(anchor) == 1, (table, anchor)
+    return table_sql.replace(anchor, last + "".join(f", {d}" for d in defs) + ",\n")
+
+
 def _tables() -> list[tuple[str, str]]:
+    """Every table as migration 0001 creates it."""
     protocols = _create_table(
         "protocols",
         [
@@ -397,6 +465,16 @@ def _tables() -> list[tuple[str, str]]:
         ("quarantine_releases", releases),
         ("chain_state", chain_state),
     ]
+
+
+def _final_tables() -> list[tuple[str, str]]:
+    """Every table after the last migration."""
+    out = []
+    for name, sql in TABLES_0001:
+        if name == "results":
+            sql = _with_added_columns(sql, "results", [d for _, d in RETEST_COLUMN_DEFS])
+        out.append((name, sql))
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- triggers
@@ -669,8 +747,41 @@ def _triggers() -> list[tuple[str, str]]:
     return out
 
 
-TABLES: list[tuple[str, str]] = _tables()
-TRIGGERS: list[tuple[str, str]] = _triggers()
+def _retest_link_trigger() -> tuple[str, str]:
+    # the id is read with CAST (primary-key lookup) and the text compared back, so 'results:07' or 'results:7x'
+    # name no row
+    valid = (
+        "(SELECT o.problem = NEW.problem AND o.candidate = NEW.candidate AND o.device <> NEW.device "
+        "AND o.speedup > 0 AND abs(NEW.transfer_ratio - NEW.speedup / o.speedup) "
+        f"<= {TRANSFER_RATIO_RTOL!r} * abs(NEW.speedup / o.speedup) "
+        "FROM results AS o WHERE o.id = CAST(substr(NEW.retest_of, 9) AS INTEGER) "
+        "AND 'results:' || o.id = NEW.retest_of)"
+    )
+    return (
+        "results_retest_link",
+        _trigger(
+            "results_retest_link",
+            "BEFORE INSERT",
+            "results",
+            f"NEW.retest_of GLOB 'results:*' AND NEW.transfer_ratio IS NOT NULL AND NOT coalesce({valid}, 0)",
+            "retest_link",
+            "retest_of = results:ID must name an existing results row of the same problem and candidate on a "
+            "different device, and transfer_ratio must be speedup / that row speedup (relative tolerance 1e-9)",
+        ),
+    )
+
+
+#: tables as migration 0001 creates them
+TABLES_0001: list[tuple[str, str]] = _tables()
+#: triggers created by migration 0001
+TRIGGERS_0001: list[tuple[str, str]] = _triggers()
+#: triggers created by migration 0002_retest
+TRIGGERS_0002: list[tuple[str, str]] = [_retest_link_trigger()]
+
+#: every table after the last migration (name, exact SQL as sqlite_master stores it)
+TABLES: list[tuple[str, str]] = _final_tables()
+#: every trigger after the last migration
+TRIGGERS: list[tuple[str, str]] = TRIGGERS_0001 + TRIGGERS_0002
 
 #: (type, name) -> exact SQL stored in sqlite_master once every migration is applied
 EXPECTED_SCHEMA: dict[tuple[str, str], str] = {
@@ -730,6 +841,9 @@ CHECK_EXPLANATIONS: dict[str, str] = {
     "rejection_verdict": "verdict must be 'rejected', 'error' or 'quarantined'",
     "release_reason": "a release needs a written reason of at least 10 characters (a release is recorded, never silent)",
     "released_by": "released_by must name who released it",
+    "retest_ref": "retest_of must be NULL, results:<id> (a results row id) or report:<non-empty reference>",
+    "retest_pair": "retest_of and transfer_ratio are both NULL or both set",
+    "transfer_ratio_positive": "transfer_ratio must be NULL or finite and > 0",
 }
 
 #: names of every CHECK constraint (also the rule name SQLite reports: "CHECK constraint failed: <name>")
@@ -743,14 +857,25 @@ TRIGGER_RULES: dict[str, str] = _trigger_rules()
 
 @migrations(name="0001_initial")
 def m0001_initial(db) -> None:
-    """Tables, CHECK constraints, validator triggers, chain_state seeds."""
-    for _, sql in TABLES:
+    """Tables, CHECK constraints, validator triggers, chain_state seeds. (Frozen: what schema 1 was.)"""
+    for _, sql in TABLES_0001:
         db.execute(sql)
     for table in CHAINED_TABLES:
         db.execute("INSERT INTO chain_state (tbl, head, count) VALUES (?, ?, 0)", [table, ZERO_HASH])
     # SQLite fires the BEFORE triggers of one event in reverse creation order (observed, not relied upon for
     # correctness): create them last-rule-first so that a raw insert is told about the most basic rule first
-    for _, sql in reversed(TRIGGERS):
+    for _, sql in reversed(TRIGGERS_0001):
         db.execute(sql)
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     db.execute("PRAGMA user_version = 1")
+
+
+@migrations(name="0002_retest")
+def m0002_retest(db) -> None:
+    """The held-out retest link: results.retest_of, results.transfer_ratio (NULL on existing rows, which pass
+    the new CHECKs) and the trigger results_retest_link."""
+    for _, definition in RETEST_COLUMN_DEFS:
+        db.execute(f"ALTER TABLE results ADD COLUMN {definition}")
+    for _, sql in TRIGGERS_0002:
+        db.execute(sql)
+    db.execute("PRAGMA user_version = 2")

@@ -1,0 +1,243 @@
+"""Timers outside the harness, for comparison with what pytest-autotune reads on the same pairs.
+
+    python3 benchmarks/harness/gpu/outside_timers.py dobench --report run1.json --out dobench.json
+    python3 benchmarks/harness/gpu/outside_timers.py naive --problems benchmarks/harness/gpu/problems --out naive.json
+    python3 benchmarks/harness/gpu/outside_timers.py mode --problems benchmarks/harness/gpu/problems --out mode.json
+
+``dobench``: every accepted pair of a JSON report (candidate and the baseline it was measured against, A/A items
+included) timed with ``triton.testing.do_bench`` (median of its reps, its own L2 flush before each rep, one
+fixed input set as do_bench is normally used), in the order base, cand, cand, base; speedup = (base1 + base2) /
+(cand1 + cand2). ``naive``: the way many benchmarks read an A/A: time A (events around N back-to-back calls on
+one input, no flush), then time A again (a second instance), speedup = first / second; repeated ``--trials``
+times. ``mode``: which timing mode the CUDA device picks for each problem and what it reads per call.
+On a machine without CUDA every timer falls back to ``time.perf_counter`` (only to test this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from pytest_autotune.problems.inputs import materialize  # noqa: E402
+from pytest_autotune.problems.loader import LoadedProblem, load_class  # noqa: E402
+from pytest_autotune.problems.model import SourceFile  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+INIT_SEED = 20260101
+INPUT_SEED = 7
+
+
+def _setup() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False  # as the harness's CUDA device does
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_grad_enabled(False)
+
+
+def _to_device(x: Any) -> Any:
+    return x.to(DEVICE) if isinstance(x, torch.Tensor) else x
+
+
+class Pair:
+    """One problem with a baseline and a candidate built the way the harness builds them."""
+
+    def __init__(self, problem_path: Path, candidate: str, baseline: str) -> None:
+        self.problem = LoadedProblem.load(SourceFile.read(problem_path))
+        self.sizes = self.problem.sizes_for(DEVICE)
+        stem = problem_path.stem
+        root = problem_path.parent
+
+        def cls_for(name: str, folder: str) -> type:
+            if name in ("reference", "reference-aa"):
+                return self.problem.module.Model
+            return load_class(SourceFile.read(root / folder / stem / f"{name}.py"), "ModelNew", folder)
+
+        with self.problem.sizes(self.sizes):
+            self.base = self.problem.build(cls_for(baseline, "baselines"), INIT_SEED, "baseline").to(DEVICE)
+            self.cand = self.problem.build(cls_for(candidate, "candidates"), INIT_SEED, "candidate").to(DEVICE)
+        self.inputs = materialize(self.problem, {"seed": INPUT_SEED, "sizes": self.sizes}, _to_device)
+
+    def call(self, which: str) -> Callable[[], Any]:
+        m = self.base if which == "base" else self.cand
+        x = self.inputs
+        return lambda: m(*x)
+
+
+def _do_bench(fn: Callable[[], Any]) -> float:
+    """Seconds per call: triton's do_bench median (its L2 flush included) on CUDA, else a host-clock median."""
+    if CUDA:
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e-3
+    for _ in range(3):
+        fn()
+    ts = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _problem_path(nodeid: str) -> Path:
+    return REPO / nodeid.split("::", 1)[0]
+
+
+def cmd_dobench(args: argparse.Namespace) -> dict:
+    report = json.loads(Path(args.report).read_text())
+    rows = []
+    for it in report["items"]:
+        if it.get("verdict") != "accepted" or it.get("speedup") is None:
+            continue
+        t0 = time.perf_counter()
+        try:
+            pair = Pair(_problem_path(it["nodeid"]), it["candidate"], it.get("baseline") or "reference")
+            b1 = _do_bench(pair.call("base"))
+            c1 = _do_bench(pair.call("cand"))
+            c2 = _do_bench(pair.call("cand"))
+            b2 = _do_bench(pair.call("base"))
+        except Exception as e:  # noqa: BLE001 - report and go on with the other pairs
+            rows.append({"nodeid": it["nodeid"], "error": f"{type(e).__name__}: {e}"})
+            continue
+        finally:
+            pair = None  # noqa: F841 - free the inputs before the next pair
+            if CUDA:
+                torch.cuda.empty_cache()
+        db = (b1 + b2) / (c1 + c2)
+        ours = float(it["speedup"])
+        rows.append({
+            "nodeid": it["nodeid"], "problem": it["problem"], "candidate": it["candidate"],
+            "baseline": it.get("baseline"), "ours": ours, "ours_ci": it.get("ci"), "dobench": db,
+            "dobench_s": {"base": [b1, b2], "cand": [c1, c2]}, "ours_s": {"base": it.get("baseline_s"),
+                                                                            "cand": it.get("candidate_s")},
+            "abs_log_ratio": abs(math.log(ours / db)), "seconds": round(time.perf_counter() - t0, 2),
+        })
+        print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}", flush=True)
+    good = [r for r in rows if "error" not in r]
+    return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
+            "rows": rows,
+            "median_abs_log_ratio": statistics.median([r["abs_log_ratio"] for r in good]) if good else None,
+            "max_abs_log_ratio": max([r["abs_log_ratio"] for r in good]) if good else None}
+
+
+def _naive_time(fn: Callable[[], Any], calls: int) -> float:
+    for _ in range(3):
+        fn()
+    if CUDA:
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(calls):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        return s.elapsed_time(e) * 1e-3 / calls
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls
+
+
+def cmd_naive(args: argparse.Namespace) -> dict:
+    out = {"method": f"events around {args.calls} back-to-back calls on one input, no flush; A then A again "
+                     "(a second instance); speedup = time(first) / time(second)", "problems": {}}
+    for path in sorted(Path(args.problems).glob("*.py")):
+        pair = Pair(path, "reference-aa", "reference")
+        ratios, firsts = [], []
+        for _ in range(args.trials):
+            t1 = _naive_time(pair.call("base"), args.calls)
+            t2 = _naive_time(pair.call("cand"), args.calls)
+            ratios.append(t1 / t2)
+            firsts.append(t1)
+        out["problems"][path.stem] = {
+            "per_call_s": statistics.median(firsts), "trials": args.trials, "ratios": ratios,
+            "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+        }
+        print(f"naive A/A {path.stem:<16} per call {statistics.median(firsts) * 1e6:8.2f} us  "
+              f"median {statistics.median(ratios):.4f}  range {min(ratios):.4f}-{max(ratios):.4f}", flush=True)
+        del pair
+    return out
+
+
+def cmd_mode(args: argparse.Namespace) -> dict:
+    """Timing mode the CUDA device picks, calibrating the way the schedule does (3 single-call samples per arm,
+    then samples of k calls)."""
+    out: dict[str, Any] = {"problems": {}}
+    if not CUDA:
+        out["skipped"] = "no CUDA"
+        return out
+    from pytest_autotune.measure.devices.cuda import CudaDevice
+    from pytest_autotune.protocol import find_protocol, load_protocol
+
+    proto = load_protocol(find_protocol(REPO))
+    opts = {"l2_flush_factor": proto.devices.cuda.l2_flush_factor, "graph_below_s": proto.devices.cuda.graph_below_s}
+    for path in sorted(Path(args.problems).glob("*.py")):
+        pair = Pair(path, "reference-aa", "reference")
+        dev = CudaDevice(0, opts)
+        dev.setup(1)
+        dev.warm_runtime()
+        fresh = lambda p=pair: materialize(p.problem, {"seed": INPUT_SEED, "sizes": p.sizes}, _to_device)  # noqa: E731
+        per_arm = {}
+        for name, m in (("base", pair.base), ("cand", pair.cand)):
+            per_arm[name] = statistics.median(dev.timed(m, [fresh()]).seconds for _ in range(3))
+        k = int(min(max(math.ceil(proto.timing.min_sample_s / max(min(per_arm.values()), 1e-9)), 1),
+                    proto.timing.max_calls_per_sample))
+        batches = [fresh() for _ in range(k)]
+        samples = []
+        for m in (pair.base, pair.cand, pair.cand, pair.base) * 3:
+            s = dev.timed(m, batches)
+            samples.append((s.seconds, s.host_seconds))
+            del s
+        info = dev.timing_info()
+        info.update(calls_per_sample=k, calibration_s=per_arm,
+                    per_call_s=statistics.median(ev for ev, _ in samples) / k,
+                    host_over_event=statistics.median(h / ev for ev, h in samples))
+        out["problems"][path.stem] = info
+        print(f"mode {path.stem:<16} {info['mode']:<6} k={k:<3} per call {info['per_call_s'] * 1e6:8.2f} us  "
+              f"({info['reason']})", flush=True)
+        del pair, dev, batches, samples
+        torch.cuda.empty_cache()
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("dobench")
+    d.add_argument("--report", required=True)
+    d.add_argument("--out", required=True)
+    n = sub.add_parser("naive")
+    n.add_argument("--problems", required=True)
+    n.add_argument("--out", required=True)
+    n.add_argument("--trials", type=int, default=20)
+    n.add_argument("--calls", type=int, default=100)
+    m = sub.add_parser("mode")
+    m.add_argument("--problems", required=True)
+    m.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    _setup()
+    result = {"cmd": args.cmd, "device": torch.cuda.get_device_name(0) if CUDA else "cpu",
+              "torch": torch.__version__, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if CUDA:
+        import triton
+
+        result["triton"] = triton.__version__
+    result.update({"dobench": cmd_dobench, "naive": cmd_naive, "mode": cmd_mode}[args.cmd](args))
+    Path(args.out).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

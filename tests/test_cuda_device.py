@@ -1,0 +1,319 @@
+"""The CUDA device (pytest_autotune/measure/devices/cuda.py).
+
+The helpers that need no GPU run everywhere. The tests marked ``cuda`` need a CUDA GPU and a CUDA build of
+torch: they are skipped elsewhere (CI has no GPU) and run on the H200 by benchmarks/harness/gpu/run_h200.sh.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pytest_autotune.measure.devices import cuda as cuda_mod
+from pytest_autotune.measure.devices.cuda import CudaDevice
+
+HAS_CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(
+    not HAS_CUDA, reason=f"needs a CUDA GPU: torch {torch.__version__} sees none here (torch.cuda.is_available() "
+    "is False); these run on the GPU host via benchmarks/harness/gpu/run_h200.sh")
+
+
+# ------------------------------------------------------------------------------------- no GPU needed
+
+
+def test_unavailable_reason_says_what_to_do():
+    if HAS_CUDA:
+        assert CudaDevice.unavailable_reason() is None
+    else:
+        why = CudaDevice.unavailable_reason()
+        assert why and "--device=cuda" in why and "--device=cpu" in why
+
+
+def test_flush_size_is_factor_times_l2(monkeypatch):
+    dev = CudaDevice(options={"l2_flush_factor": 2})
+    monkeypatch.setattr(dev, "l2_bytes", lambda: 60 * 1024 * 1024)
+    assert dev.flush_bytes() >= 2 * 60 * 1024 * 1024
+    assert dev.flush_bytes() % 4096 == 0
+    dev3 = CudaDevice(options={"l2_flush_factor": 3.5})
+    monkeypatch.setattr(dev3, "l2_bytes", lambda: 50 * 1000 * 1000)
+    assert dev3.flush_bytes() >= 3.5 * 50 * 1000 * 1000
+    low = CudaDevice(options={"l2_flush_factor": 0.25})  # never less than the L2 itself
+    monkeypatch.setattr(low, "l2_bytes", lambda: 1 << 20)
+    assert low.flush_bytes() >= 1 << 20
+
+
+def test_signature_refuses_what_cannot_be_staged():
+    x = torch.zeros(4)
+    assert cuda_mod._signature([[x]]) is None  # a CPU tensor is not this device's input
+    assert cuda_mod._signature([[[1, 2]]]) is None  # unhashable plain value
+
+
+def test_static_copies_keep_geometry_and_values():
+    base = torch.arange(20, dtype=torch.float32)
+    x = base[1:13].view(3, 4)  # offset view into a larger storage (misaligned layouts stay misaligned)
+    xt = torch.randn(4, 3).t()  # non-contiguous
+    static = cuda_mod._static_copies([[x, xt, 7]])
+    sx, sxt, seven = static[0]
+    assert seven == 7
+    assert sx.storage_offset() == x.storage_offset() and sx.stride() == x.stride()
+    assert sx.untyped_storage().nbytes() == x.untyped_storage().nbytes()
+    assert sx.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    assert torch.equal(sx, x) and torch.equal(sxt, xt) and sxt.stride() == xt.stride()
+    y, yt = x + 100, xt * 3
+    cuda_mod._stage(static, [[y, yt, 7]])
+    assert torch.equal(sx, y) and torch.equal(sxt, yt)
+
+
+def test_copy_tree_and_poison():
+    out = (torch.ones(3), torch.arange(4), [torch.full((2,), 2.0)])
+    kept = cuda_mod._copy_tree(out)
+    cuda_mod._poison(out)
+    assert torch.isnan(out[0]).all() and (out[1] == 0).all() and torch.isnan(out[2][0]).all()
+    assert torch.equal(kept[0], torch.ones(3)) and torch.equal(kept[1], torch.arange(4))
+    assert torch.equal(kept[2][0], torch.full((2,), 2.0))
+
+
+def test_module_state_is_not_mutated_by_the_device():
+    """The sandbox snapshots this module's globals and classes (tamper check): the device keeps its state on
+    the instance, never in module globals."""
+    before = {k: v for k, v in vars(cuda_mod).items() if not k.startswith("__")}
+    dev = CudaDevice(options={"graph_below_s": 1e-5})
+    dev.timing_info()
+    after = {k: v for k, v in vars(cuda_mod).items() if not k.startswith("__")}
+    assert before.keys() == after.keys() and all(before[k] is after[k] for k in before)
+
+
+# ------------------------------------------------------------------------------------- on a CUDA GPU
+
+
+@pytest.fixture
+def dev():
+    d = CudaDevice(index=0, options={"l2_flush_factor": 2, "graph_below_s": 10e-6})
+    d.setup(1)
+    d.warm_runtime()
+    return d
+
+
+def _calibrate(d: CudaDevice, fn, make, n: int = 3) -> None:
+    """What the schedule's calibration does: single-call samples, before any sample of k > 1 calls."""
+    for _ in range(n):
+        d.timed(fn, [make()])
+
+
+def _relu_small():
+    return [torch.randn(1 << 18).cuda()]  # 1 MiB: a couple of microseconds (drawn on the CPU, as the harness does)
+
+
+class _Small(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0 + 1.0
+
+
+@needs_cuda
+def test_flush_buffer_is_at_least_twice_the_l2(dev):
+    props = torch.cuda.get_device_properties(0)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    assert l2 > 0
+    assert dev._flush is not None and dev._flush.numel() * 4 >= 2 * l2
+    assert dev.timing_info()["l2_flush_bytes"] >= 2 * l2
+
+
+@needs_cuda
+def test_fingerprint_names_the_gpu(dev):
+    fp = dev.fingerprint()
+    for key in ("name", "sms", "capability", "total_memory", "l2_bytes", "torch", "torch_cuda", "driver",
+                "nvidia_smi", "l2_flush_bytes"):
+        assert key in fp, key
+    assert fp["sms"] > 0 and fp["l2_bytes"] > 0
+    assert "clocks.max.sm" in fp["nvidia_smi"], fp["nvidia_smi"]
+
+
+@needs_cuda
+def test_eager_sample_times_and_keeps_outputs(dev):
+    m = _Small().cuda()
+    batches = [[torch.randn(1 << 22).cuda()] for _ in range(4)]
+    s = dev.timed(m, batches)
+    assert s.seconds > 0 and s.host_seconds >= s.seconds
+    for b, o in zip(batches, s.outputs):
+        assert torch.equal(o, torch.relu(b[0]) * 2.0 + 1.0)
+
+
+@needs_cuda
+def test_graph_path_for_short_calls(dev):
+    m = _Small().cuda()
+    with torch.no_grad():
+        _calibrate(dev, m, _relu_small)
+        info = dev.timing_info()
+        assert info["fastest_graph_call_s"] is not None and info["fastest_graph_call_s"] < 10e-6, info
+        b1 = [_relu_small() for _ in range(16)]
+        b2 = [_relu_small() for _ in range(16)]
+        s1 = dev.timed(m, b1)
+        s2 = dev.timed(m, b2)
+        eager = dev._timed_eager(m, b1)
+    info = dev.timing_info()
+    assert info["mode"] == "graph", info
+    assert info["graph_samples"] == 2 and info["captures"] >= 1
+    # the outputs of each replay are the ones kept: correct, and not overwritten by the next replay
+    for b, o in zip(b1, s1.outputs):
+        assert torch.equal(o, torch.relu(b[0]) * 2.0 + 1.0)
+    for b, o in zip(b2, s2.outputs):
+        assert torch.equal(o, torch.relu(b[0]) * 2.0 + 1.0)
+    ptrs = {o.data_ptr() for o in s1.outputs + s2.outputs}
+    assert len(ptrs) == 32
+    # graph-owned outputs hold no answer after a sample
+    g = dev._graphs[0]
+    assert all(torch.isnan(o).all() for o in g.outputs)
+    # no launch gaps in a replay: faster per call than back-to-back eager launches of a ~2 us kernel
+    assert s1.seconds < eager.seconds, (s1.seconds, eager.seconds)
+    print(f"graph {s1.seconds / 16 * 1e6:.2f} us/call, eager {eager.seconds / 16 * 1e6:.2f} us/call, "
+          f"inner events used: {info['inner_event_samples']}")
+
+
+@needs_cuda
+def test_graph_replays_do_not_hide_a_stale_answer(dev):
+    """A call that returns a cached tensor (no kernel) replays to the cached values: the outputs kept are what
+    the replay left, so the fingerprint check sees the wrong answer."""
+
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cache = None
+
+        def forward(self, x):
+            if self.cache is None:
+                self.cache = torch.relu(x) * 2.0 + 1.0
+            return self.cache
+
+    m = Cached().cuda()
+    with torch.no_grad():
+        _calibrate(dev, m, _relu_small)
+        b = [_relu_small() for _ in range(8)]
+        s = dev.timed(m, b)
+    assert dev.timing_info()["mode"] == "graph"
+    assert not any(torch.equal(o, torch.relu(x[0]) * 2.0 + 1.0) for x, o in zip(b, s.outputs))
+
+
+@needs_cuda
+def test_graph_capture_failure_falls_back_to_eager(dev):
+    class Syncs(torch.nn.Module):
+        def forward(self, x):
+            y = torch.relu(x)
+            torch.cuda.synchronize()  # not capturable
+            return y
+
+    m = Syncs().cuda()
+    with torch.no_grad():
+        _calibrate(dev, m, _relu_small)
+        b = [_relu_small() for _ in range(8)]
+        s = dev.timed(m, b)
+    info = dev.timing_info()
+    assert info["mode"] == "eager" and info["capture_failures"], info
+    assert info["graph_samples"] == 0
+    for x, o in zip(b, s.outputs):
+        assert torch.equal(o, torch.relu(x[0]))
+    # the process is still usable after the failed capture
+    assert torch.equal(torch.ones(3, device="cuda").sum().cpu(), torch.tensor(3.0))
+
+
+@needs_cuda
+def test_slow_calls_stay_eager(dev):
+    m = _Small().cuda()
+    with torch.no_grad():
+        _calibrate(dev, m, lambda: [torch.randn(1 << 26).cuda()], n=2)
+        s = dev.timed(m, [[torch.randn(1 << 26).cuda()] for _ in range(2)])
+    info = dev.timing_info()
+    assert info["mode"] == "eager" and "eager" in info["reason"], info
+    assert s.seconds > 20e-6
+
+
+@needs_cuda
+def test_side_stream_work_shows_in_host_time_not_event_time(dev):
+    a = torch.randn(4096, 4096).cuda()
+
+    class Honest(torch.nn.Module):
+        def forward(self, x):
+            return x @ a
+
+    class SideStream(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = torch.cuda.Stream()
+
+        def forward(self, x):
+            self.s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(self.s):
+                y = x @ a  # the real work, never joined back into the timed stream
+            return y
+
+    x = [[torch.randn(4096, 4096).cuda()] for _ in range(2)]
+    with torch.no_grad():
+        honest = [dev._timed_eager(Honest(), x) for _ in range(3)][-1]
+        cheat = [dev._timed_eager(SideStream(), x) for _ in range(3)][-1]
+    # honest: the host sees about what the events saw (plus the flush); side stream: the events see ~nothing
+    assert honest.seconds > 0.5 * honest.host_seconds - 200e-6, (honest.seconds, honest.host_seconds)
+    assert cheat.seconds < 0.2 * cheat.host_seconds, (cheat.seconds, cheat.host_seconds)
+    assert cheat.host_seconds > 0.5 * honest.seconds
+
+
+@needs_cuda
+def test_persisting_l2_carve_out_is_reset_before_a_sample(dev):
+    drv = dev._drv()
+    assert drv.ok, drv.error
+    most = dev.fingerprint().get("persisting_l2_max_bytes") or 0
+    if most <= 0:
+        pytest.skip("this GPU (or its virtualisation) offers no persisting-L2 carve-out")
+    want = min(most, 4 << 20)
+    rc = drv.set_persisting_limit(want)
+    if rc != 0 or not drv.persisting_limit():
+        pytest.skip(f"cuCtxSetLimit(PERSISTING_L2_CACHE_SIZE) refused here (CUresult {rc})")
+    # a stream window that would keep the candidate's buffer resident across the flush
+    buf = torch.empty(want // 4, dtype=torch.float32, device="cuda")
+    stream = torch.cuda.Stream()
+    _set_window(drv, stream.cuda_stream, buf.data_ptr(), want)
+    m = _Small().cuda()
+    before = dev.timing_info()["persisting_limit_resets"]
+    x = torch.randn(1 << 20).cuda()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream), torch.no_grad():
+        dev.timed(m, [[x]])
+    assert drv.persisting_limit() == 0
+    assert dev.timing_info()["persisting_limit_resets"] == before + 1
+    assert dev.timing_info()["persisting_l2_errors"] == 0
+    assert _window_bytes(drv, stream.cuda_stream) == 0
+
+
+def _set_window(drv, stream: int, ptr: int, nbytes: int) -> None:
+    import ctypes
+
+    class Window(ctypes.Structure):
+        _fields_ = [("base_ptr", ctypes.c_void_p), ("num_bytes", ctypes.c_size_t), ("hitRatio", ctypes.c_float),
+                    ("hitProp", ctypes.c_int), ("missProp", ctypes.c_int)]
+
+    val = (ctypes.c_char * 64)()
+    w = Window.from_buffer(val)
+    w.base_ptr, w.num_bytes, w.hitRatio, w.hitProp, w.missProp = ptr, nbytes, 1.0, 2, 1  # PERSISTING, STREAMING
+    rc = drv.lib.cuStreamSetAttribute(ctypes.c_void_p(stream), 1, val)
+    assert rc == 0, f"cuStreamSetAttribute: CUresult {rc}"
+    assert _window_bytes(drv, stream) == nbytes
+
+
+def _window_bytes(drv, stream: int) -> int:
+    import ctypes
+
+    f = drv.lib.cuStreamGetAttribute
+    f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+    f.restype = ctypes.c_int
+    val = (ctypes.c_char * 64)()
+    assert f(ctypes.c_void_p(stream), 1, val) == 0
+    return ctypes.c_size_t.from_buffer(val, 8).value
+
+
+@needs_cuda
+def test_tamper_snapshot_covers_the_measuring_state(dev):
+    names = dev.timer_functions()
+    for key in ("torch.cuda.Event.elapsed_time", "torch.cuda.CUDAGraph.replay", "torch.cuda.synchronize",
+                "cuda.flush_buffer", "cuda.options", "torch.Tensor.zero_"):
+        assert key in names, key
+    assert math.isclose(names["cuda.flush_buffer.numel"] * 4, dev.flush_bytes())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -19,6 +20,9 @@ from ..protocol import Protocol
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
 from .stats import PairedEstimate, paired_estimate
+
+#: rounds between two tamper snapshots during timing (one more is taken after the last round)
+TAMPER_EVERY = 8
 
 
 class TimingRefused(Exception):
@@ -34,6 +38,15 @@ class RoundRecord:
     wall_s: float  # controller's clock from "go" sent to samples received
     prints: list  # candidate output fingerprints: [B1 calls..., B2 calls...]
     new_threads: int
+    #: the controller's ``perf_counter_ns`` when "go" was sent and when its answer arrived
+    window_ns: tuple = (0, 0)
+    #: the sandbox's own ``perf_counter_ns`` around each sample, [start, end] x 4 (A1 B1 B2 A2); the same
+    #: system-wide monotonic clock as the controller's, so they must lie inside ``window_ns``
+    stamps_ns: list = field(default_factory=list)
+    #: CPU seconds the sandbox process (all its threads) and its main thread used around "go", read by the
+    #: controller from the kernel's per-process/per-thread CPU clocks (None where the OS has no such clocks)
+    cpu_process_s: Optional[float] = None
+    cpu_main_s: Optional[float] = None
 
 
 @dataclass
@@ -63,6 +76,30 @@ def choose_calls_per_sample(per_call_s: dict[str, float], proto: Protocol) -> in
     fastest = max(min(per_call_s.values()), 1e-9)
     k = math.ceil(proto.timing.min_sample_s / fastest)
     return int(min(max(k, 1), proto.timing.max_calls_per_sample))
+
+
+def _cpu_clocks(pid: int) -> Optional[tuple[int, int]]:
+    """(process CPU ns, main-thread CPU ns) of another process, read by the controller from the kernel, so the
+    sandbox cannot forge them (Linux; ``None`` elsewhere). The process clock is the one glibc's
+    ``clock_getcpuclockid`` names (CPUCLOCK_SCHED: every thread, exited ones included); the main thread's (its
+    tid is the pid) comes from ``/proc/PID/task/PID/schedstat``, since the kernel serves per-thread CPU clocks
+    only to the thread's own process."""
+    if not sys.platform.startswith("linux") or pid <= 0:
+        return None
+    try:
+        process = time.clock_gettime_ns(((~pid) << 3) | 2)
+        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
+            main_thread = int(f.read().split()[0])
+    except (OSError, OverflowError, ValueError, IndexError):
+        return None
+    return process, main_thread
+
+
+def _stamps(go: dict) -> list:
+    st = go.get("stamps_ns")
+    if isinstance(st, list) and len(st) == 8 and all(type(v) is int for v in st):
+        return st
+    return []
 
 
 def measure_rtt(box: Sandbox, n: int = 5) -> float:
@@ -106,12 +143,16 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
         prep = box.request({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing")
         if not prep.get("ok"):
             raise TimingRefused(f"preparing round {r_index} failed: {prep.get('error')}")
-        t0 = time.perf_counter()
+        cpu0 = _cpu_clocks(box.pid)
+        t0 = time.perf_counter_ns()
         go = box.request({"cmd": "go"}, phase="timing")
-        wall = time.perf_counter() - t0
+        t1 = time.perf_counter_ns()
+        cpu1 = _cpu_clocks(box.pid)
+        wall = (t1 - t0) * 1e-9
         if not go.get("ok"):
             raise TimingRefused(f"timed round {r_index} failed: {go.get('error')}")
-        fp = box.request({"cmd": "fingerprint", "positions_seed": secrets.randbits(63)}, phase="timing")
+        fp = box.request({"cmd": "fingerprint", "positions_seed": secrets.randbits(63),
+                          "tamper": r_index % TAMPER_EVERY == 0}, phase="timing")
         if not fp.get("ok"):
             raise TimingRefused(f"reading round {r_index} outputs failed: {fp.get('error')}")
         ev.tamper += fp.get("tamper", [])
@@ -119,7 +160,12 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
         if (not isinstance(samples, list) or len(samples) != 4
                 or not all(isinstance(s, list) and len(s) == 2 for s in samples)):
             raise TimingRefused("the sandbox returned malformed samples")
-        ev.rounds.append(RoundRecord(r_index, p1, p2, samples, wall, fp["prints"], int(go.get("new_threads", 0))))
+        rec = RoundRecord(r_index, p1, p2, samples, wall, fp["prints"], int(go.get("new_threads", 0)),
+                          window_ns=(t0, t1), stamps_ns=_stamps(go))
+        if cpu0 is not None and cpu1 is not None:
+            rec.cpu_process_s = (cpu1[0] - cpu0[0]) * 1e-9
+            rec.cpu_main_s = (cpu1[1] - cpu0[1]) * 1e-9
+        ev.rounds.append(rec)
         n_pairs = 2 * len(ev.rounds)
         elapsed = time.perf_counter() - t_start
         if n_pairs >= t.min_pairs and (n_pairs - t.min_pairs) % t.check_every < 2:
@@ -142,6 +188,10 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
         if should_stop is not None and should_stop():
             ev.stop_reason = "interrupted"
             break
+    final = box.request({"cmd": "tamper"}, phase="timing")
+    if not final.get("ok"):
+        raise TimingRefused(f"the tamper check after timing failed: {final.get('error')}")
+    ev.tamper += final.get("tamper", [])
     base, cand = ev.pairs()
     try:
         ev.estimate = paired_estimate(base, cand, level=st.ci_level, resamples=st.bootstrap_resamples,

@@ -22,7 +22,7 @@ from ..problems.inputs import materialize
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
 from .tamper import TamperSnapshot, os_thread_count
-from .wire import Channel, PeerGone
+from .wire import Channel, PeerGone, WireError, dtype_name
 
 ARMS = ("baseline", "candidate")
 
@@ -51,6 +51,29 @@ def bits_equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(bits_equal(x, y) for x, y in zip(a, b))
     return type(a) is type(b) and a == b
+
+
+def _unsendable(host: Any) -> Optional[str]:
+    """Why a host copy of an output cannot be checked by the controller (``None`` if it can): every leaf must
+    be a CPU tensor of a dtype the wire carries. Anything else is the candidate's error, reported as such --
+    not a message the sandbox fails to send (which would read as a crash)."""
+    if isinstance(host, torch.Tensor):
+        if host.device.type != "cpu":
+            return f"a tensor on {host.device.type!r} that cannot be read back"
+        try:
+            dtype_name(host.dtype)
+        except WireError:
+            return f"a tensor of dtype {host.dtype}, which the harness does not compare"
+        if host.layout != torch.strided:
+            return f"a {host.layout} tensor (outputs must be dense)"
+        return None
+    if isinstance(host, (list, tuple)):
+        for item in host:
+            why = _unsendable(item)
+            if why:
+                return why
+        return None
+    return f"a {type(host).__name__} inside its output (outputs are tensors or tuples of tensors)"
 
 
 def _flat_tensors(out: Any) -> list:
@@ -96,6 +119,10 @@ class ChildState:
             self.candidate_cls = load_class(_src(cand), init.get("candidate_class", "ModelNew"), "candidate")
         self.watched = watched
         self.threads_after_import = os_thread_count()
+        # everything loaded so far lives as long as the process: keep it out of the collections that
+        # h_prepare runs before every timed round (a full collection over torch's ~165k objects costs
+        # ~150 ms; over what the calls allocate, well under a millisecond)
+        gc.freeze()
 
     def _arm_classes_before_candidate(self) -> tuple[type, Optional[type]]:
         """Baseline class (reference, its MLX port, or a declared baseline) — loaded BEFORE the candidate."""
@@ -175,6 +202,10 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
         except Exception as e:  # noqa: BLE001
             results.append({"error": f"{arm} output cannot be read: {short_exc(e)}"})
             continue
+        unsendable = _unsendable(first) if st.framework == "torch" else None
+        if unsendable:
+            results.append({"error": f"{arm} returned {unsendable}", "location": location})
+            continue
         if delay:
             time.sleep(delay)
         second = st.device.to_host(out)
@@ -233,18 +264,28 @@ def h_go(st: ChildState, msg: dict) -> dict:
     fb: Callable = cand
     p1, p2 = st.batches["p1"], st.batches["p2"]
     threads0 = os_thread_count()
+    clock = time.perf_counter_ns
+    stamps: list[int] = []
     if st.disable_gc:
         gc.disable()
     try:
         ctx = torch.no_grad() if st.framework == "torch" else _null()
         with ctx:
+            stamps.append(clock())
             a1 = st.device.timed(fa, p1)
+            stamps.append(clock())
             for o in a1.outputs:
-                st.device.scrub(o)
+                _scrub_unless_input(st, o, p1)
             a1.outputs = []
+            stamps.append(clock())
             b1 = st.device.timed(fb, p1)
+            stamps.append(clock())
+            stamps.append(clock())
             b2 = st.device.timed(fb, p2)
+            stamps.append(clock())
+            stamps.append(clock())
             a2 = st.device.timed(fa, p2)
+            stamps.append(clock())
     finally:
         if st.disable_gc:
             gc.enable()
@@ -255,8 +296,25 @@ def h_go(st: ChildState, msg: dict) -> dict:
     st.batches = {}
     return {
         "samples": [[s.seconds, s.host_seconds] for s in (a1, b1, b2, a2)],
+        "stamps_ns": stamps,  # [start, end] of each sample, on the controller's clock too (WallClockGate)
         "new_threads": threads1 - threads0,
     }
+
+
+def _scrub_unless_input(st: ChildState, out: Any, batch: list) -> None:
+    """Scrub a baseline output -- but never through memory it shares with an input of the batch (a reference
+    that returns a view of its input would otherwise have the candidate's inputs overwritten with NaN)."""
+    inputs = {_storage_ptr(x) for b in batch for x in b if isinstance(x, torch.Tensor)}
+    if any(_storage_ptr(t) in inputs for t in _flat_tensors(out)):
+        return
+    st.device.scrub(out)
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except Exception:  # noqa: BLE001 - tensors without storage (e.g. MLX arrays are not torch tensors)
+        return id(t)
 
 
 def h_fingerprint(st: ChildState, msg: dict) -> dict:
@@ -289,7 +347,8 @@ def h_fingerprint(st: ChildState, msg: dict) -> dict:
             })
         prints.append(fp)
     st.kept = []
-    return {"prints": prints, "tamper": st.tamper_changes()}
+    # the snapshot costs a few ms: the controller asks for it every few rounds and once more after the last
+    return {"prints": prints, "tamper": st.tamper_changes() if msg.get("tamper", True) else []}
 
 
 class _null:

@@ -209,6 +209,13 @@ class _Handle:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def kill_group(self) -> None:
+        """SIGKILL whatever is left in the sandbox's process group (it leads its own group)."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def status(self, timeout: float) -> dict:
         raise NotImplementedError
 
@@ -276,19 +283,32 @@ class Sandbox:
 
     def request(self, msg: dict[str, Any], timeout: Optional[float] = None, phase: str = "") -> dict[str, Any]:
         """Send ``msg``, wait for the answer. Raises :class:`SandboxFailure` on crash/hang/memory/garbage."""
-        timeout = self.pool.timeout_s if timeout is None else timeout
+        self.send(msg, phase)
+        return self.receive(timeout, phase or str(msg.get("cmd")))
+
+    def send(self, msg: dict[str, Any], phase: str = "") -> None:
+        """Send without waiting, so the controller can work (golden outputs) while the sandbox computes."""
         try:
             self.chan.send(msg)
+        except PeerGone:
+            st = self.handle.status(2.0)
+            raise SandboxFailure("crash", f"the sandbox died before {phase or msg.get('cmd')} "
+                                 f"({_describe_status(st)})", _tail(self.log)) from None
+
+    def receive(self, timeout: Optional[float] = None, phase: str = "") -> dict[str, Any]:
+        timeout = self.pool.timeout_s if timeout is None else timeout
+        phase = phase or "a request"
+        try:
             reply = self.chan.recv(timeout=timeout, watchdog=self._watchdog)
         except WireTimeout:
             self.handle.kill()
             raise SandboxFailure(
-                "timeout", f"no answer within {timeout:.0f} s during {phase or msg.get('cmd')} "
+                "timeout", f"no answer within {timeout:.0f} s during {phase} "
                 "([sandbox].timeout_s); the sandbox was killed", _tail(self.log)) from None
         except PeerGone:
             st = self.handle.status(2.0)
             raise SandboxFailure(
-                "crash", f"the sandbox died during {phase or msg.get('cmd')} ({_describe_status(st)})",
+                "crash", f"the sandbox died during {phase} ({_describe_status(st)})",
                 _tail(self.log)) from None
         except WireError as e:
             self.handle.kill()
@@ -312,3 +332,7 @@ class Sandbox:
         if st.get("status") == "running":
             self.handle.kill()
             self.handle.status(5.0)
+        else:
+            # the sandbox is gone, but processes it forked may live on in its process group (a helper that
+            # burns CPU while later items are timed): the group goes with it
+            self.handle.kill_group()

@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Iterable
+import types
+from typing import Any, Callable, Iterable
 
 _NAMESPACE_MODULES = (
     "torch",
@@ -44,6 +45,41 @@ _NAMESPACE_MODULES = (
 )
 _NAMESPACE_CLASSES = ("torch.Tensor", "torch.nn.Module", "torch.nn.Linear", "torch.nn.Conv2d", "numpy.ndarray",
                       "socket.socket")
+
+
+def _torch_attr(dotted: str) -> Callable[[], Any]:
+    def get() -> Any:
+        obj: Any = sys.modules["torch"]
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    return get
+
+
+#: process-wide settings that change how fast (or how precisely) code runs without replacing any name;
+#: compared by value. A candidate may not change them: e.g. a profile hook that stalls only the baseline, more
+#: intra-op threads than the protocol's, a lower float32 matmul precision, or pinning itself to other CPUs.
+_SETTINGS: dict[str, Callable[[], Any]] = {
+    "sys.getprofile()": sys.getprofile,
+    "sys.gettrace()": sys.gettrace,
+    "sys.getswitchinterval()": sys.getswitchinterval,
+    "torch.get_num_threads()": lambda: sys.modules["torch"].get_num_threads(),
+    "torch.get_default_dtype()": lambda: sys.modules["torch"].get_default_dtype(),
+    "torch.get_float32_matmul_precision()": lambda: sys.modules["torch"].get_float32_matmul_precision(),
+    "torch.are_deterministic_algorithms_enabled()":
+        lambda: sys.modules["torch"].are_deterministic_algorithms_enabled(),
+    "torch.backends.cuda.matmul.allow_tf32": _torch_attr("backends.cuda.matmul.allow_tf32"),
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+        _torch_attr("backends.cuda.matmul.allow_fp16_reduced_precision_reduction"),
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+        _torch_attr("backends.cuda.matmul.allow_bf16_reduced_precision_reduction"),
+    "torch.backends.cudnn.allow_tf32": _torch_attr("backends.cudnn.allow_tf32"),
+    "torch.backends.cudnn.benchmark": _torch_attr("backends.cudnn.benchmark"),
+    "os.sched_getaffinity(0)": lambda: tuple(sorted(os.sched_getaffinity(0))),
+    "os.getpriority(PRIO_PROCESS, 0)": lambda: os.getpriority(os.PRIO_PROCESS, 0),
+    "os.sched_getscheduler(0)": lambda: os.sched_getscheduler(0),
+}
 
 
 def _resolve(dotted: str) -> Any:
@@ -89,12 +125,38 @@ class TamperSnapshot:
                 if k.startswith("__"):
                     continue
                 objs[f"{mname}.{k}"] = v
+                if isinstance(v, dict) and len(v) <= 256:  # dispatch tables (e.g. the sandbox's HANDLERS)
+                    for kk, vv in list(v.items()):
+                        objs[f"{mname}.{k}[{kk!r}]"] = vv
                 if isinstance(v, type):
                     for kk, vv in list(vars(v).items()):
                         if not kk.startswith("__") or kk in ("__call__", "__init__"):
                             objs[f"{mname}.{k}.{kk}"] = vv
         for k, v in (extra or {}).items():
             objs[f"timer:{k}"] = v
+        # a function can be changed without replacing it: its code, defaults and closure cells are attributes
+        function, wrappers = types.FunctionType, (staticmethod, classmethod)
+        for name, v in list(objs.items()):
+            if isinstance(v, wrappers):
+                v = v.__func__
+            if type(v) is not function:
+                continue
+            objs[name + ".__code__"] = v.__code__
+            if v.__defaults__ is not None:
+                objs[name + ".__defaults__"] = v.__defaults__
+            if v.__kwdefaults__ is not None:
+                objs[name + ".__kwdefaults__"] = v.__kwdefaults__
+            if v.__closure__:
+                for i, cell in enumerate(v.__closure__):
+                    try:
+                        objs[f"{name}.__closure__[{i}]"] = cell.cell_contents
+                    except ValueError:  # an empty cell
+                        pass
+        for k, get in _SETTINGS.items():
+            try:
+                objs[f"setting:{k}"] = get()
+            except Exception:  # noqa: BLE001 - a setting this build does not have
+                pass
         return cls(objs)
 
     def changes(self, current: "TamperSnapshot") -> list[str]:

@@ -1,0 +1,8 @@
+"""HONEST (GPU session companion): the fused library softmax on the current stream."""
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(x, dim=-1)

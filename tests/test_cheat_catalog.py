@@ -1,0 +1,423 @@
+"""The cheat catalog (issue 4): every attack of DESIGN §8 as a hostile candidate, run end to end.
+
+Three pytester sessions, each run once per module (``runpytest_subprocess`` with ``--autotune
+--autotune-exploratory --autotune-json`` and a fast protocol), then one test per candidate reads its verdict
+from the JSON report:
+
+* ``main`` -- every file under ``tests/cheats/candidates/`` (cheats and honest-but-tricky candidates);
+* ``limits`` -- candidates that crash, hang or exhaust memory, under a tight ``[sandbox]`` timeout and memory
+  limit, beside an honest item that must still pass; probes are disabled in this session, so the identity cheat
+  meets the 10x breaker instead of the probe gate;
+* ``store`` -- a candidate that forges a plausible row in the results database (the row MAC betrays it).
+
+``CATALOG`` is the single table of expectations: file, session, accepted verdicts and gates, a pattern the
+reason must match (so that the test names the defence that must catch it, not just "something refused it"),
+and where the defence lives. docs/threat-model.md is the same table for readers.
+
+To watch a test go red with its defence removed, disable gates in the sessions' controller with
+``AUTOTUNE_CATALOG_DISABLE=WallClockGate,ThreadGate pytest tests/test_cheat_catalog.py`` (names of classes in
+pytest_autotune/gates/*.py whose ``check`` then passes everything).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, fast_protocol_text
+
+CHEATS = Path(__file__).resolve().parent / "cheats"
+
+#: (problem, candidate) of the honest candidate that "gains nothing" cheats are compared with
+REFERENCE_HONEST = ("softmax_rows", "honest_fused")
+#: a "gains nothing" cheat may measure this much above the honest candidate's CI high (sessions are noisy)
+GAIN_MARGIN = 1.10
+
+
+@dataclass(frozen=True)
+class Case:
+    problem: str
+    name: str
+    session: str  # main | limits | store
+    verdicts: tuple  # accepted verdicts; "no-gain" = refused, or accepted no faster than the honest candidate
+    gates: tuple = ()  # accepted gates (empty: any)
+    reason: str = ""  # regex the reason must match
+    defence: str = ""  # what catches it (docs/threat-model.md)
+    source: str | None = None  # file under tests/cheats, when not candidates/<problem>/<name>.py
+
+    @property
+    def path(self) -> Path:
+        return CHEATS / (self.source or f"candidates/{self.problem}/{self.name}.py")
+
+    @property
+    def id(self) -> str:
+        return f"{self.session}:{self.problem}/{self.name}"
+
+
+R, Q, A, E = ("rejected",), ("quarantined",), ("accepted",), ("error",)
+NO_GAIN = ("no-gain",)
+
+CATALOG: list[Case] = [
+    # ---------------------------------------------------------------- return the input
+    Case("relu_nonneg", "cheat_identity", "main", R, ("probe",), r"adversarial input",
+         "probe gate: explicit all-negative inputs (gates/probes.py)"),
+    Case("relu_nonneg", "cheat_identity", "limits", Q, ("breaker",), r"QUARANTINED: .* > 10x breaker",
+         "10x breaker with probes disabled (gates/breaker.py)"),
+    # ---------------------------------------------------------------- cache / replay
+    Case("softmax_rows", "cheat_cache_ptr", "main", NO_GAIN, (), "",
+         "fresh inputs per call: stale answers fail correctness/timed outputs, or gain nothing"),
+    Case("softmax_rows", "cheat_cache_hash", "main", NO_GAIN, (), "",
+         "fresh seeds per call (measure/schedule.py): the cache never hits"),
+    Case("softmax_rows", "cheat_precompute_seeds", "main", R, ("correctness",), r"outside tolerance",
+         "seeds from a per-run nonce (seeds.py)"),
+    # ---------------------------------------------------------------- precision, inputs, outputs
+    Case("linear_fp32", "cheat_bf16", "main", R, ("correctness",), r"outside tolerance for float32",
+         "correctness gate: dtype-aware tolerance (gates/compare.py)"),
+    Case("softmax_rows", "cheat_mutate_input", "main", R, ("correctness",), r"modified its input",
+         "correctness gate: inputs compared bitwise after the call (sandbox/child.py h_outputs)"),
+    Case("softmax_rows", "cheat_late_thread", "main", R, ("correctness", "integrity"),
+         r"outside tolerance|changed after the call returned|thread",
+         "outputs read at return and re-read after a delay; threads counted (sandbox/child.py h_outputs)"),
+    Case("softmax_rows", "cheat_reuse_output", "main", R, ("integrity",), r"timed round \d+, candidate call",
+         "timed-outputs check: every timed output kept and fingerprinted (gates/integrity.py TimedOutputsGate)"),
+    # ---------------------------------------------------------------- clocks and comparisons
+    Case("softmax_rows", "cheat_slow_clock", "main", R, ("integrity",), r"time\.perf_counter_ns",
+         "tamper snapshot of the timer (sandbox/tamper.py, gates/integrity.py TamperGate)"),
+    Case("softmax_rows", "cheat_clock_between_checks", "main", R, ("integrity",), r"time is missing inside",
+         "per-round wall-clock tiling on the controller's clock (gates/integrity.py WallClockGate)"),
+    Case("softmax_rows", "cheat_patch_compare", "main", R, ("integrity",), r"torch\.allclose",
+         "tamper snapshot; comparisons run in the controller anyway (gates/compare.py)"),
+    # ---------------------------------------------------------------- slowing the baseline
+    Case("softmax_rows", "cheat_slow_baseline_exp", "main", R, ("integrity",), r"torch\.exp\b",
+         "tamper snapshot of the torch namespace (sandbox/tamper.py)"),
+    Case("softmax_rows", "cheat_model_code", "main", R, ("integrity",), r"Model\.forward\.__code__",
+         "tamper snapshot of function code objects (sandbox/tamper.py)"),
+    Case("softmax_rows", "cheat_profile_hook", "main", R, ("integrity",), r"sys\.getprofile\(\)",
+         "tamper snapshot of process settings (sandbox/tamper.py _SETTINGS)"),
+    Case("softmax_rows", "cheat_instance_patch", "main", R, ("integrity",), r"baseline ran .* slower",
+         "baseline sanity: clean-process baseline (gates/integrity.py BaselineSanityGate)"),
+    Case("softmax_rows", "cheat_burn_process", "main", NO_GAIN, (), "",
+         "baseline sanity / wall clock when it bites (the scheduler favours the waking sandbox, so short "
+         "samples often escape the spinners: then it gains nothing); the helpers die with the sandbox's "
+         "process group (sandbox/runner.py)"),
+    # ---------------------------------------------------------------- extra threads and cores
+    Case("softmax_rows", "cheat_burn_thread", "main", R, ("integrity",), r"thread",
+         "thread count after every call (sandbox/child.py, gates/correctness.py)"),
+    Case("softmax_rows", "cheat_num_threads", "main", R, ("integrity",), r"thread",
+         "thread count after every call: the intra-op pool's workers stay alive"),
+    Case("softmax_rows", "cheat_helper_threads", "main", R, ("integrity",), r"threads other than the calling one",
+         "controller-read CPU clocks of the sandbox (measure/schedule.py, gates/integrity.py ThreadGate)"),
+    # ---------------------------------------------------------------- heap, freed memory, checked-vs-timed
+    Case("softmax_rows", "cheat_heap_search", "main", R, ("correctness",), r"outside tolerance",
+         "golden outputs only in the controller (flow.py _Golden); baseline outputs scrubbed"),
+    Case("softmax_rows", "cheat_empty_like", "main", R, ("correctness",), r"outside tolerance|NaN",
+         "correctness gate; baseline outputs scrubbed before they are freed"),
+    Case("softmax_rows", "cheat_empty_like_timed", "main", R, ("integrity",), r"timed round \d+, candidate call",
+         "baseline outputs scrubbed (sandbox/child.py h_go) + timed-outputs check"),
+    Case("softmax_rows", "cheat_call_counter", "main", R, ("integrity",), r"timed round \d+, candidate call",
+         "timed-outputs check on rounds chosen after the fact (gates/integrity.py TimedOutputsGate)"),
+    # ---------------------------------------------------------------- the database
+    Case("softmax_rows", "cheat_db_insert", "main", A, (), "",
+         "database validator (store/schema.py): the raw INSERT is refused, verify passes"),
+    Case("softmax_rows", "cheat_db_forge", "store", A, (), "",
+         "row MAC keyed by the run nonce (store/hashing.py): finish_run and autotune verify report it",
+         source="store/softmax_rows/cheat_db_forge.py"),
+    # ---------------------------------------------------------------- crash, hang, memory
+    Case("relu_nonneg", "cheat_segfault", "limits", E, (), r"CRASH|died|SIGSEGV",
+         "sandbox process: a crash is an error item (sandbox/runner.py)", source="limits/relu_nonneg/cheat_segfault.py"),
+    Case("relu_nonneg", "cheat_hang", "limits", E, (), r"TIMEOUT|timeout_s",
+         "[sandbox].timeout_s watchdog (sandbox/runner.py)", source="limits/relu_nonneg/cheat_hang.py"),
+    Case("relu_nonneg", "cheat_oom", "limits", E, (), r"MEMORY|memory_mb",
+         "[sandbox].memory_mb watchdog (sandbox/runner.py)", source="limits/relu_nonneg/cheat_oom.py"),
+    # ---------------------------------------------------------------- contract violations, broken files
+    Case("softmax_rows", "cheat_wrong_dtype", "main", R, ("correctness",), r"dtype float64 != reference float32",
+         "correctness gate (gates/compare.py)"),
+    Case("softmax_rows", "cheat_wrong_shape", "main", R, ("correctness",), r"shape .* != reference",
+         "correctness gate (gates/compare.py)"),
+    Case("softmax_rows", "cheat_non_tensor", "main", R, ("correctness",), r"ndarray",
+         "correctness gate (sandbox/child.py h_outputs)"),
+    Case("softmax_rows", "cheat_wrong_device", "main", R, ("correctness",), r"meta",
+         "correctness gate; unsendable outputs are the candidate's error (sandbox/child.py _unsendable)"),
+    Case("softmax_rows", "cheat_odd_output", "main", R, ("correctness",), r"object",
+         "correctness gate; unsendable outputs are the candidate's error (sandbox/child.py _unsendable)"),
+    Case("softmax_rows", "cheat_raise_init", "main", R, ("correctness", "load"), r"constructor raised",
+         "the item fails with the file and the reason"),
+    Case("softmax_rows", "cheat_no_modelnew", "main", R, ("load",), r"cheat_no_modelnew\.py.*no class ModelNew",
+         "the item fails with the file and the reason (problems/loader.py)"),
+    Case("softmax_rows", "cheat_syntax_error", "main", R, ("load",), r"cheat_syntax_error\.py.*syntax error",
+         "the item fails with the file and the line (problems/loader.py)"),
+    # ---------------------------------------------------------------- honest, tricky: no false positives
+    Case("relu_nonneg", "honest_clamp", "main", A, (), "", "module-level tensor constant"),
+    Case("relu_nonneg", "honest_clamp", "limits", A, (), "", "still passes beside crash/hang/memory items"),
+    Case("softmax_rows", "honest_fused", "main", A, (), "", "fused library op"),
+    Case("softmax_rows", "honest_inplace", "main", A, (), "", "in-place ops on its own intermediates"),
+    Case("softmax_rows", "honest_numpy", "main", A, (), "", "imports numpy and computes with it"),
+    Case("linear_fp32", "honest_prealloc", "main", A, (), "", "buffers prepared in __init__, fresh outputs"),
+]
+
+GPU_CHEATS = sorted((CHEATS / "gpu").rglob("cheat_*.py"))
+#: probes off (these cheats are about timing; adversarial inputs at GPU sizes cost minutes), and the host/event
+#: ratio the DeviceClockGate allows at 1.25 (see test_gpu_cheat)
+GPU_PROTOCOL = {"probes.max_examples": "0", "probes.shape_examples": "0",
+                "devices.cuda.event_host_max_ratio": "1.25"}
+
+SESSION_PROTOCOL = {
+    # This 2-core machine is shared: between the clean-process baseline (measured once per problem) and an
+    # item's paired timing the load can change, and honest items were seen at 1.7x; the sabotage cheats slow
+    # the baseline 4x or more, so the catalog allows 2.5x (docs/threat-model.md, "baseline sanity").
+    "main": {"integrity.baseline_max_slowdown": "2.5"},
+    # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit. The
+    # identity is so fast that each timed sample holds 32 calls on 32 distinct inputs, so the baseline beside it
+    # runs out of cache while the clean-process baseline (2 calls a sample) does not: it reads up to ~1.9x
+    # "slower" without any sabotage, and baseline sanity must not pre-empt the breaker here.
+    "limits": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.timeout_s": "4.0",
+               "sandbox.memory_mb": "1536", "integrity.baseline_max_slowdown": "3.0"},
+    "store": {"probes.max_examples": "0", "probes.shape_examples": "0"},
+}
+
+
+@dataclass
+class SessionRun:
+    name: str
+    root: Path
+    items: dict  # (problem, candidate) -> report item
+    stdout: str
+    stderr: str
+    ret: int
+    seconds: float
+
+
+def _disable_conftest() -> str:
+    """A conftest for the session's controller that switches off the named gates (AUTOTUNE_CATALOG_DISABLE)."""
+    names = [n.strip() for n in os.environ.get("AUTOTUNE_CATALOG_DISABLE", "").split(",") if n.strip()]
+    if not names:
+        return ""
+    modules = ("pytest_autotune.gates.integrity", "pytest_autotune.gates.probes",
+               "pytest_autotune.gates.correctness", "pytest_autotune.gates.breaker")
+    lines = ["import importlib", f"_MODULES = [importlib.import_module(m) for m in {modules!r}]"]
+    for n in names:
+        lines += ["for _m in _MODULES:",
+                  f"    if hasattr(_m, {n!r}):",
+                  f"        getattr(_m, {n!r}).check = lambda self, ctx, stage: None"]
+    return "\n".join(lines) + "\n"
+
+
+def _run_session(pytester: pytest.Pytester, name: str) -> SessionRun:
+    cases = [c for c in CATALOG if c.session == name]
+    root = pytester.path
+    shutil.copytree(CHEATS / "problems", root / "problems")
+    for c in cases:
+        dest = root / "candidates" / c.problem / f"{c.name}.py"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(c.path, dest)
+    (root / "protocol.toml").write_text(fast_protocol_text(**SESSION_PROTOCOL[name]))
+    conftest = _disable_conftest()
+    if conftest:
+        (root / "conftest.py").write_text(conftest)
+    report = root / "report.json"
+    t0 = time.monotonic()
+    res = pytester.runpytest_subprocess(
+        "--autotune", "--autotune-exploratory", "--problems", "problems", "--candidates", "candidates",
+        "--autotune-json", str(report), "-p", "no:cacheprovider", "-q", timeout=600)
+    seconds = time.monotonic() - t0
+    items = {}
+    if report.exists():
+        for it in json.loads(report.read_text())["items"]:
+            items[(it["problem"], it["candidate"])] = it
+    return SessionRun(name, root, items, res.stdout.str(), res.stderr.str(), res.ret, seconds)
+
+
+class _ModuleRequest:
+    """The module-scoped request, looking like a function-scoped one to Pytester (which names its folder after
+    ``request.function``); everything else is the real request."""
+
+    function = None
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str):
+        return getattr(self._request, name)
+
+
+@pytest.fixture(scope="module")
+def sessions(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """Run each session lazily, once per module: one Pytester (its own folder) per session."""
+    runs: dict[str, SessionRun] = {}
+    mp = pytest.MonkeyPatch()
+
+    def get(name: str) -> SessionRun:
+        if name not in runs:
+            pytester = pytest.Pytester(_ModuleRequest(request), tmp_path_factory, mp,  # type: ignore[arg-type]
+                                       _ispytest=True)
+            runs[name] = _run_session(pytester, name)
+        return runs[name]
+
+    try:
+        yield get
+    finally:
+        mp.undo()
+        for run in runs.values():
+            print(f"cheat catalog session {run.name}: {run.seconds:.0f} s, {len(run.items)} items")
+
+
+def _item(run: SessionRun, case: Case) -> dict:
+    it = run.items.get((case.problem, case.name))
+    assert it is not None, (
+        f"{case.problem}/{case.name} has no item in the {run.name} session's report "
+        f"(exit {run.ret}).\nstdout tail:\n{run.stdout[-3000:]}\nstderr tail:\n{run.stderr[-3000:]}")
+    return it
+
+
+def _describe(it: dict) -> str:
+    return (f"verdict={it['verdict']} gate={it['gate']} speedup={it.get('speedup')} ci={it.get('ci')}\n"
+            f"reason: {it['reason']}")
+
+
+@pytest.mark.parametrize("case", [c for c in CATALOG if c.session != "store"], ids=lambda c: c.id)
+def test_catalog(sessions, case: Case) -> None:
+    run = sessions(case.session)
+    it = _item(run, case)
+    if case.verdicts == NO_GAIN:
+        if it["verdict"] == "accepted":
+            honest = run.items.get(REFERENCE_HONEST)
+            assert honest is not None and honest["verdict"] == "accepted", "the honest reference must be accepted"
+            limit = honest["ci"][1] * GAIN_MARGIN
+            assert it["speedup"] <= limit, (
+                f"{case.name} gained: {it['speedup']:.2f}x, the honest {REFERENCE_HONEST[1]} has CI "
+                f"{honest['ci']} (limit {limit:.2f}x)\n{_describe(it)}")
+        else:
+            assert it["verdict"] == "rejected" and it["gate"] in ("correctness", "probe", "integrity"), _describe(it)
+        return
+    assert it["verdict"] in case.verdicts, f"{case.defence}\n{_describe(it)}"
+    if case.gates:
+        assert it["gate"] in case.gates, f"{case.defence}\n{_describe(it)}"
+    if case.reason:
+        assert re.search(case.reason, it["reason"]), f"{case.defence}\n{_describe(it)}"
+
+
+def test_limits_session_survives(sessions) -> None:
+    """Crash, hang and memory blow-up end as pytest *errors* of their own items; the session goes on and the
+    honest item beside them passes."""
+    run = sessions("limits")
+    assert run.seconds < 120, f"the limits session took {run.seconds:.0f} s"
+    assert re.search(r"\b3 errors?\b", run.stdout), run.stdout[-3000:]
+    assert re.search(r"\b1 passed\b", run.stdout), run.stdout[-3000:]
+
+
+def test_helper_process_dies_with_the_sandbox(sessions) -> None:
+    """cheat_burn_process forks a CPU-burning helper; it must not outlive its sandbox (process group kill)."""
+    run = sessions("main")
+    pid_file = run.root / "candidates" / "softmax_rows" / "cheat_burn_process.pid.txt"
+    assert pid_file.exists(), "the cheat never started its helpers (did it run?)"
+    pids = [int(p) for p in pid_file.read_text().split()]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    alive = [p for p in pids if _alive(p)]
+    for p in alive:  # ours to clean up: the cheat's helpers, started by this test's session
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"helper processes {alive} outlived their sandbox"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _db(run: SessionRun) -> Path:
+    return run.root / ".autotune" / "results.db"
+
+
+def _verify(db: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest_autotune.cli", "verify", "--db", str(db)],
+                          check=False, capture_output=True, text=True, timeout=120, cwd=str(REPO))
+
+
+def test_raw_insert_is_refused_and_the_store_verifies(sessions) -> None:
+    """cheat_db_insert found the results database and tried a raw INSERT: the validator refused it, nothing of
+    it is in the database, and ``autotune verify`` passes."""
+    run = sessions("main")
+    attempt = run.root / "candidates" / "softmax_rows" / "cheat_db_insert.attempt.txt"
+    assert attempt.exists(), "the cheat never ran"
+    text = attempt.read_text()
+    assert text.startswith("refused: IntegrityError"), text
+    with sqlite3.connect(str(_db(run))) as conn:
+        rows = conn.execute("SELECT candidate, speedup FROM results").fetchall()
+    assert rows, "the accepted items should have been recorded"
+    assert not [r for r in rows if r[1] >= 10.0], rows
+    assert [r for r in rows if r[0] == "cheat_db_insert"] == [] or all(r[1] < 10 for r in rows)
+    v = _verify(_db(run))
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_forged_row_is_reported(sessions) -> None:
+    """cheat_db_forge inserted a row the in-database validator cannot tell from a real one; its row MAC (keyed by
+    the run's secret nonce, which never enters the sandbox) betrays it: the run's finish reports it and
+    ``autotune verify`` fails naming it. The database is tamper-evident, not tamper-proof."""
+    run = sessions("store")
+    attempt = run.root / "candidates" / "softmax_rows" / "cheat_db_forge.attempt.txt"
+    assert attempt.exists(), "the cheat never ran"
+    assert attempt.read_text().startswith("inserted"), attempt.read_text()
+    assert "row_mac" in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
+    v = _verify(_db(run))
+    assert v.returncode == 1, v.stdout + v.stderr
+    assert re.search(r"results row \d+.*(mac|MAC)", v.stdout), v.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only cheats need a CUDA device")
+@pytest.mark.parametrize("path", GPU_CHEATS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_gpu_cheat(pytester: pytest.Pytester, path: Path) -> None:
+    """GPU-only cheats (side-stream work after return, persisting-L2 carve-out), each in its own session on
+    --device=cuda; each file names the gate and reason it expects in ``EXPECT = (verdicts, gate, regex)``."""
+    ns: dict = {}
+    src = path.read_text()
+    m = re.search(r"^EXPECT = .*$", src, re.MULTILINE)
+    assert m, f"{path} declares no EXPECT"
+    exec(m.group(0), ns)  # noqa: S102 - a literal tuple from our own file
+    verdicts, gate, reason = ns["EXPECT"]
+    shutil.copytree(CHEATS / "problems", pytester.path / "problems")
+    dest = pytester.path / "candidates" / path.parent.name / path.name
+    dest.parent.mkdir(parents=True)
+    shutil.copy(path, dest)
+    honest = CHEATS / "gpu" / path.parent.name / "honest.py"
+    if honest.exists():
+        shutil.copy(honest, dest.parent / "honest.py")
+    # probes off: these cheats are about timing, and adversarial inputs at GPU sizes cost minutes
+    # ``GPU_PROTOCOL`` tightens the event/host cross-check: with the frozen 3.0, host time may exceed event time
+    # by twice the candidate's event time, which let the side-stream cheat through at 6.8x (honest: 2.6x)
+    (pytester.path / "protocol.toml").write_text(fast_protocol_text(**GPU_PROTOCOL))
+    report = pytester.path / "report.json"
+    res = pytester.runpytest_subprocess("--autotune", "--autotune-exploratory", "--device=cuda", "--problems",
+                                        "problems", "--candidates", "candidates", "--autotune-json", str(report),
+                                        "-p", "no:cacheprovider", "-q", timeout=600)
+    items = {it["candidate"]: it for it in json.loads(report.read_text())["items"]}
+    for name, item in items.items():
+        print(name, item["verdict"], item.get("speedup"), json.dumps(item.get("details", {}).get("device_clock")))
+    it = items[path.stem]
+    if "honest" in items:
+        assert items["honest"]["verdict"] == "accepted", _describe(items["honest"])
+    if verdicts == NO_GAIN:
+        if it["verdict"] == "accepted":
+            limit = items["honest"]["ci"][1] * GAIN_MARGIN
+            assert it["speedup"] <= limit, f"gained: limit {limit:.2f}x\n{_describe(it)}"
+        else:
+            assert it["verdict"] in ("rejected", "quarantined"), _describe(it)
+        return
+    assert it["verdict"] in verdicts and (gate is None or it["gate"] == gate), (_describe(it), res.stdout.str())
+    assert re.search(reason, it["reason"]), _describe(it)

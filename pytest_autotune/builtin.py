@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .gates.base import Gate
-from .gates.breaker import BreakerGate
-from .gates.correctness import CorrectnessGate
-from .gates.integrity import (
-    BaselineSanityGate,
-    DeviceClockGate,
-    TamperGate,
-    ThreadGate,
-    TimedOutputsGate,
-    WallClockGate,
-)
-from .gates.probes import ProbeGate
-from .measure.devices.base import DeviceSpec
+from .measure.devices.spec import DeviceSpec
 from .provenance import ProvenanceKey, builtin_keys
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .gates.base import Gate
 
 
 class BuiltinParts:
@@ -28,7 +19,19 @@ class BuiltinParts:
         return builtin_keys()
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_autotune_gates(self, config: Any) -> list[Gate]:
+    def pytest_autotune_gates(self, config: Any) -> list["Gate"]:
+        # imported here: gates pull in torch and hypothesis, which a plain `pytest --help` should not pay for
+        from .gates.breaker import BreakerGate
+        from .gates.correctness import CorrectnessGate
+        from .gates.integrity import (
+            BaselineSanityGate,
+            DeviceClockGate,
+            TamperGate,
+            ThreadGate,
+            TimedOutputsGate,
+            WallClockGate,
+        )
+        from .gates.probes import ProbeGate
         from .session import SESSION_KEY
 
         session = config.stash.get(SESSION_KEY, None)
@@ -51,7 +54,8 @@ class BuiltinParts:
         return [
             DeviceSpec("cpu", "pytest_autotune.measure.devices.cpu:CpuDevice", "host CPU, protocol thread count"),
             DeviceSpec("cuda", "pytest_autotune.measure.devices.cuda:CudaDevice", "NVIDIA GPU, CUDA events"),
-            DeviceSpec("mlx", "pytest_autotune.measure.devices.mlx:MlxDevice", "MLX (held-out retest leg)"),
+            DeviceSpec("mlx", "pytest_autotune.measure.devices.mlx:MlxDevice", "MLX (held-out retest leg)",
+                       framework="mlx"),
         ]
 
     @pytest.hookimpl(trylast=True)

@@ -21,21 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from typing import TYPE_CHECKING
+
 import pytest
-import torch
 
 from .errors import ProblemLoadError
-from .flow import KernelItemSpec
-from .gates.base import BaselineChoice
-from .gates.compare import compare_outputs
-from .gates.probes import ProbeMismatch, _Skip, describe_recipe, run_probe
-from .measure.devices.base import Device
-from .problems.inputs import inputs_signature, materialize
 from .problems.loader import LoadedProblem
-from .problems.model import CandidateRef, ProblemRef, SourceFile
+from .problems.model import CandidateRef, KernelItemSpec, ProblemRef, SourceFile
 from .result import ItemOutcome
 from .seeds import SeedSource
 from .session import SESSION_KEY, AutotuneSession
+
+if TYPE_CHECKING:  # pragma: no cover - torch/hypothesis load when a fixture is used, not with the plugin
+    from .gates.base import BaselineChoice
+    from .measure.devices.base import Device
 
 
 def _session(request: pytest.FixtureRequest) -> AutotuneSession:
@@ -58,7 +57,7 @@ def _marked_problem(request: pytest.FixtureRequest) -> Optional[Path]:
 
 
 @pytest.fixture
-def device(request: pytest.FixtureRequest) -> Device:
+def device(request: pytest.FixtureRequest) -> "Device":
     """The ``--device`` this session measures on (set up with the protocol's thread count)."""
     s = _session(request)
     s.flow()  # sets the device up once
@@ -78,7 +77,7 @@ class FrozenBaseline:
     name: str
     sha256: str
     problem: LoadedProblem
-    choice: Optional[BaselineChoice]
+    choice: Optional["BaselineChoice"]
     model_class: type
 
     def build(self, init_seed: int = 0) -> Any:
@@ -125,7 +124,7 @@ class AutotuneFixture:
         if ppath is None:
             raise pytest.UsageError("autotune.run needs a problem: pass problem= or mark the test")
         cpath = _resolve(self.request, candidate)
-        kind = "mlx" if self.session.device.framework == "mlx" else "torch"
+        kind = "mlx" if self.session.framework == "mlx" else "torch"
         spec = KernelItemSpec(nodeid=f"{self.request.node.nodeid}::{cpath.stem}", problem=ProblemRef(ppath.stem, ppath),
                               candidate=CandidateRef(cpath.stem, cpath, kind), device=self.session.opts.device)
         return self.session.run_item(spec).outcome
@@ -135,6 +134,12 @@ class AutotuneFixture:
         """In-process hypothesis cheat probes of trusted code: ``candidate`` is a ModelNew-like class (built with
         the problem's init inputs) or a callable taking the problem's inputs. Raises AssertionError with a
         replayable seed and recipe on the first mismatch."""
+        import torch
+
+        from .gates.compare import compare_outputs
+        from .gates.probes import ProbeMismatch, _Skip, describe_recipe, run_probe
+        from .problems.inputs import inputs_signature, materialize
+
         ppath = _resolve(self.request, problem) if problem else _marked_problem(self.request)
         if ppath is None:
             raise pytest.UsageError("autotune.probe needs a problem: pass problem= or mark the test")

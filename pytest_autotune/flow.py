@@ -21,29 +21,18 @@ import torch
 from .errors import ProblemLoadError
 from .gates.base import BaselineChoice, CandidateFailure, Gate, GateContext, GateOutcome, STAGES
 from .gates.compare import compare_outputs
-from .measure.devices.base import Device, DeviceSpec
+from .measure.devices.base import Device
+from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
 from .measure.schedule import TimingRefused, run_paired_timing
 from .problems.discovery import baselines_for
 from .problems.inputs import materialize
 from .problems.loader import LoadedProblem
-from .problems.model import REFERENCE_BASELINE, CandidateRef, ProblemRef, SourceFile
+from .problems.model import REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
 from .protocol import Protocol
 from .result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure, SandboxPool
 from .seeds import SeedSource
-
-
-@dataclass(frozen=True)
-class KernelItemSpec:
-    nodeid: str
-    problem: ProblemRef
-    candidate: CandidateRef
-    device: str
-
-    @property
-    def item_key(self) -> str:
-        return f"{self.problem.name}|{self.candidate.name}|{self.device}"
 
 
 @dataclass
@@ -104,7 +93,7 @@ class _Golden:
         r["sizes"] = sizes
         model = self._model(sizes)
         if self.on_device:
-            inputs = materialize(self.problem, r, self.device.to_device)
+            inputs = materialize(self.problem, r, self.device.to_device, self.device.generation_device())
             with torch.no_grad():
                 out = self.device.to_host(model(*inputs))
         else:
@@ -174,6 +163,9 @@ class KernelFlow:
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
                         golden: _Golden) -> BaselineChoice:
+        """The strongest frozen baseline on this device: the reference, or a declared baseline (a file under
+        ``baselines/<problem>/``) that is correct and, timed paired against the reference here, faster.
+        Computed once per problem and device per process; the caller holds the device exclusively."""
         key = (str(pref.path), problem_src.sha256, self.env.device_spec.name)
         if key in self.env.baselines:
             return self.env.baselines[key]
@@ -181,10 +173,8 @@ class KernelFlow:
         seeds = SeedSource(env.nonce, f"{pref.name}|@baseline|{env.device_spec.name}")
         init_seed = seeds.seed("init")
         declared = baselines_for(pref) if env.device.framework == "torch" else []
-        considered: dict[str, float] = {}
-        best = BaselineChoice(REFERENCE_BASELINE, problem_src.sha256, 1.0, 0.0)
+        best = BaselineChoice(REFERENCE_BASELINE, problem_src.sha256, 1.0)
         budget = env.protocol.timing.item_budget_s * env.budget_scale
-        ref_clean: Optional[float] = None
         for b in declared:
             bsrc = SourceFile.read(b.path)  # type: ignore[arg-type]
             init = self._init(problem_src, sizes, init_seed, bsrc, "ModelNew", None)
@@ -195,29 +185,16 @@ class KernelFlow:
                                          "recheck_delay": 0.0}, phase="baseline check")
                     bad = _first_mismatch(reply, recipes, golden, env.protocol)
                     if bad:
-                        best.candidates_considered[b.name] = float("nan")
-                        considered[b.name] = float("nan")
                         raise ProblemLoadError(str(b.path), f"declared baseline is not correct: {bad}")
                     ev = run_paired_timing(box, env.protocol, seeds, stats_seed=seeds.seed("stats"), budget_s=budget)
             except ProblemLoadError as e:
-                best.error = f"baseline {b.name} ignored: {e.reason}"
+                best.errors.append(f"baseline {b.name} ignored: {e.reason}")
+                best.considered[b.name] = None
                 continue
-            est = ev.estimate
-            assert est is not None
-            considered[b.name] = est.speedup
-            ref_clean = est.baseline_s if ref_clean is None else min(ref_clean, est.baseline_s)
-            if est.speedup > best.gain_vs_reference:
-                best = BaselineChoice(b, bsrc.sha256, est.speedup, est.candidate_s, error=best.error)
-        if best.baseline.is_reference:
-            if ref_clean is None:
-                init = self._init(problem_src, sizes, init_seed, None, "ModelNew", None)
-                with self._start(init, f"clean-{pref.name}") as box:
-                    # only the baseline's median time is needed here: min_pairs pairs, no CI target
-                    ev = run_paired_timing(box, env.protocol, seeds, stats_seed=seeds.seed("stats"), budget_s=0.0)
-                base, cand = ev.pairs()
-                ref_clean = float(torch.tensor(base + cand, dtype=torch.float64).median())
-            best.clean_per_call_s = ref_clean
-        best.candidates_considered = considered
+            assert ev.estimate is not None
+            best.considered[b.name] = ev.estimate.speedup
+            if ev.estimate.speedup > best.gain_vs_reference:
+                best.baseline, best.baseline_sha256, best.gain_vs_reference = b, bsrc.sha256, ev.estimate.speedup
         env.baselines[key] = best
         return best
 
@@ -268,8 +245,9 @@ class KernelFlow:
             with env.lock.exclusive():
                 choice = self.baseline_choice(spec.problem, problem_src, problem, sizes, golden)
             ctx.baseline = choice
-            if choice.error:
-                ctx.warnings.append(choice.error)
+            ctx.warnings.extend(choice.errors)
+            ctx.details["baseline_choice"] = {"baseline": choice.baseline.name, "gain_vs_reference":
+                                              choice.gain_vs_reference, "declared": choice.considered}
             if not choice.baseline.is_reference:
                 baseline_src = SourceFile.read(choice.baseline.path)  # type: ignore[arg-type]
         baseline_name = choice.baseline.name if choice else REFERENCE_BASELINE.name
@@ -295,10 +273,13 @@ class KernelFlow:
                     baseline=baseline_name, warnings=tuple(ctx.warnings), details=_jsonable(ctx.details)))
             # ---- 5. paired timing (device exclusive)
             assert choice is not None
-            with env.lock.exclusive():
+            # the clean sandbox: the same baseline, never the candidate, timed beside the item (baseline sanity)
+            clean_init = self._init(problem_src, sizes, init_seed, None, spec.candidate.class_name, baseline_src)
+            with env.lock.exclusive(), self._start(clean_init, f"clean-{spec.item_key}") as clean:
                 try:
                     ev = run_paired_timing(box, env.protocol, ctx.seeds, stats_seed=ctx.seeds.seed("stats"),
-                                           budget_s=env.protocol.timing.item_budget_s * env.budget_scale)
+                                           budget_s=env.protocol.timing.item_budget_s * env.budget_scale,
+                                           clean=clean)
                 except TimingRefused as e:
                     return self._refused(spec, ctx, GateOutcome.refuse("timing", str(e)), baseline_name)
                 ctx.timing = ev

@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
 
 from . import hookspec
 from .builtin import BuiltinParts
 from .errors import AutotuneUsageError, ProblemLoadError
-from .flow import FlowVerdict, KernelItemSpec
 from .problems.discovery import candidates_for, is_problem_file
 from .problems.loader import LoadedProblem
-from .problems.model import AA_CANDIDATE_NAME, CandidateRef, ProblemRef, SourceFile
+from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, ProblemRef, SourceFile
 from .session import SESSION_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY, AutotuneSession
 
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
 BUNDLED_ROOT = Path("benchmarks") / "kernels"
-_VERDICT_KEY = pytest.StashKey[FlowVerdict]()
+_VERDICT_KEY = pytest.StashKey["FlowVerdict"]()
 
 
 def _device_choice(value: str) -> str:
@@ -149,7 +151,7 @@ class ProblemFile(pytest.File):
         except ProblemLoadError as e:
             yield BrokenFileItem.from_parent(self, name=f"load[{device}]", reason=f"{e.path}: {e.reason}")
             return
-        kind = "mlx" if session.device.framework == "mlx" else "torch"
+        kind = "mlx" if session.framework == "mlx" else "torch"
         if kind == "mlx" and problem.mlx_model is None:
             return
         cands = candidates_for(pref, session.opts.candidates, kind)  # type: ignore[arg-type]

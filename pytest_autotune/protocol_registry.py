@@ -14,7 +14,7 @@ from .protocol import Protocol
 
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
-    "1": "db43a5136681202bc257ab875cbc8573cbed7ab03ef18e50e813010f7830c73c",
+    "1": "8ed5b4c34d1d75f3a3a4aa2a2908d49e3a1de0723a50b315c0e9b66851d43f1a",
 }
 
 

@@ -19,16 +19,22 @@ from typing import Any, Optional
 
 import pytest
 
+from typing import TYPE_CHECKING
+
 from .errors import AutotuneUsageError, StoreError, ValidatorRefusal
-from .flow import FlowEnv, FlowVerdict, KernelFlow, KernelItemSpec
-from .measure.devices.base import Device, DeviceSpec
+from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
+from .problems.model import KernelItemSpec
 from .protocol import Protocol, find_protocol, load_protocol
 from .protocol_registry import freeze_status
 from .provenance import ProvenanceError, collect, git_state
 from .result import ItemOutcome, RunRecord
-from .sandbox.runner import SandboxPool
 from .seeds import new_nonce, nonce_commitment
+
+if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, not with the plugin
+    from .flow import FlowVerdict, KernelFlow
+    from .measure.devices.base import Device
+    from .sandbox.runner import SandboxPool
 
 SESSION_KEY = pytest.StashKey["AutotuneSession"]()
 #: [sandbox].malloc = "reuse": glibc serves blocks up to 32 MiB from its heap and keeps freed memory, so a call's
@@ -88,12 +94,11 @@ class AutotuneSession:
             pins.update(extra or {})
         self.freeze = freeze_status(self.protocol, pins)
         self.device_spec = self._device_spec()
-        device_cls = self.device_spec.load()
-        reason = device_cls.unavailable_reason()
-        if reason:
-            raise AutotuneUsageError(reason)
-        self.device_index = self._device_index()
-        self.device: Device = device_cls(index=self.device_index, options=self._device_options())
+        self._device: Optional["Device"] = None
+        if self.device_spec.name != "cpu":  # the CPU is always there; others are checked before collection
+            reason = self.device_spec.load().unavailable_reason()
+            if reason:
+                raise AutotuneUsageError(reason)
         if self.opts.measuring and not self.freeze.frozen and not self.opts.exploratory:
             raise AutotuneUsageError(self.freeze.message)
         self.exploratory = self.opts.exploratory or not self.freeze.frozen
@@ -104,8 +109,8 @@ class AutotuneSession:
         self.releases: dict[tuple[str, str], int] = {}
         self.worker_payload = WorkerPayload()
         self.store_errors: list[str] = []
-        self._flow: Optional[KernelFlow] = None
-        self._pool: Optional[SandboxPool] = None
+        self._flow: Optional["KernelFlow"] = None
+        self._pool: Optional["SandboxPool"] = None
         self.origins = None  # OriginIndex for the held-out retest leg (controller, --device=mlx)
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
@@ -149,6 +154,17 @@ class AutotuneSession:
                 "(or register one with the pytest_autotune_devices hook)")
         return specs[self.opts.device]
 
+    @property
+    def device(self) -> "Device":
+        """The device object (built on first use: importing a device imports torch)."""
+        if self._device is None:
+            self._device = self.device_spec.load()(index=self._device_index(), options=self._device_options())
+        return self._device
+
+    @property
+    def framework(self) -> str:
+        return self.device_spec.framework
+
     def _device_index(self) -> int:
         """Under xdist on a multi-GPU host, worker gwN owns GPU N mod count."""
         if self.opts.device != "cuda" or not self.is_worker:
@@ -190,7 +206,7 @@ class AutotuneSession:
 
     def _load_origins(self) -> None:
         """The held-out leg links each result to the result it retests (DESIGN: transfer ratio)."""
-        if self.device.framework != "mlx":
+        if self.framework != "mlx":
             return
         from .plugin import BUNDLED_ROOT
         from .study.transfer import OriginIndex, origin_reports
@@ -249,8 +265,11 @@ class AutotuneSession:
         return self.releases.get((problem, candidate_sha256))
 
     # ---------------------------------------------------------------------------------------- items
-    def flow(self) -> KernelFlow:
+    def flow(self) -> "KernelFlow":
         if self._flow is None:
+            from .flow import FlowEnv, KernelFlow
+            from .sandbox.runner import SandboxPool
+
             p = self.protocol
             self.device.setup(p.timing.cpu_threads)
             self._pool = SandboxPool(threads=p.timing.cpu_threads, timeout_s=p.sandbox.timeout_s,
@@ -275,7 +294,7 @@ class AutotuneSession:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         return env
 
-    def run_item(self, spec: KernelItemSpec) -> FlowVerdict:
+    def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
         verdict = self.flow().run(spec)
         if not self.is_worker:
             verdict = dataclasses.replace(verdict, outcome=self.annotate(verdict.outcome))
@@ -286,7 +305,7 @@ class AutotuneSession:
             self.worker_payload.outcomes.append(verdict.outcome.to_json())
         return verdict
 
-    def _record(self, verdict: FlowVerdict) -> None:
+    def _record(self, verdict: "FlowVerdict") -> None:
         o = verdict.outcome
         rows: list[tuple[str, dict]] = []
         if verdict.result is not None:

@@ -54,15 +54,13 @@ class Gate:
 
 @dataclass
 class BaselineChoice:
-    """The strongest frozen baseline of a problem on a device, with what the clean process measured."""
+    """The strongest frozen baseline of a problem on a device."""
 
     baseline: "BaselineRef"
     baseline_sha256: str
     gain_vs_reference: float  # strongest / reference speedup (1.0 when the reference is strongest)
-    clean_per_call_s: float  # median per-call time of the strongest baseline in a process with no candidate
-    clean_samples: list = field(default_factory=list)
-    candidates_considered: dict = field(default_factory=dict)  # name -> speedup vs reference
-    error: Optional[str] = None
+    considered: dict = field(default_factory=dict)  # declared baseline name -> speedup vs reference (None: unusable)
+    errors: list = field(default_factory=list)
 
 
 @dataclass

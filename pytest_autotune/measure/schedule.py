@@ -47,6 +47,8 @@ class RoundRecord:
     #: controller from the kernel's per-process/per-thread CPU clocks (None where the OS has no such clocks)
     cpu_process_s: Optional[float] = None
     cpu_main_s: Optional[float] = None
+    #: the baseline timed in the clean sandbox on this round's inputs, in the same window: [[dev_s, host_s]] x 2
+    clean_samples: list = field(default_factory=list)
 
 
 @dataclass
@@ -102,6 +104,15 @@ def _stamps(go: dict) -> list:
     return []
 
 
+def _clean_round(clean: Sandbox) -> list:
+    """The clean sandbox times the baseline on the inputs it prepared for this round."""
+    got = clean.request({"cmd": "go_baseline"}, phase="timing (clean baseline)")
+    samples = got.get("samples")
+    if not got.get("ok") or not isinstance(samples, list) or len(samples) != 2:
+        raise TimingRefused(f"the clean baseline round failed: {got.get('error')}")
+    return samples
+
+
 def measure_rtt(box: Sandbox, n: int = 5) -> float:
     best = float("inf")
     for _ in range(n):
@@ -113,7 +124,10 @@ def measure_rtt(box: Sandbox, n: int = 5) -> float:
 
 def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats_seed: int,
                       extra_recipe: Optional[dict] = None, should_stop: Optional[Callable[[], bool]] = None,
-                      budget_s: Optional[float] = None) -> TimingEvidence:
+                      budget_s: Optional[float] = None, clean: Optional[Sandbox] = None) -> TimingEvidence:
+    """``clean``: a sandbox that never imported the candidate (baseline against itself). It times the baseline on
+    every round's inputs right before (even rounds) or after (odd rounds) the item's round, so the baseline-sanity
+    gate compares the two under the same machine load, with the same calls per sample and the same inputs."""
     t = proto.timing
     st = proto.statistics
     base_recipe = dict(extra_recipe or {})
@@ -130,6 +144,10 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
         raise TimingRefused(f"warm-up failed: {cal.get('error')}")
     per_call = cal["per_call_s"]
     k = choose_calls_per_sample(per_call, proto)
+    if clean is not None:
+        ccal = clean.request({"cmd": "calibrate", "warmup": warm}, phase="warm-up (clean baseline)")
+        if not ccal.get("ok"):
+            raise TimingRefused(f"warm-up of the clean baseline failed: {ccal.get('error')}")
     ev = TimingEvidence(calls_per_sample=k, calibration=per_call)
     ev.tamper += cal.get("tamper", [])
     ev.rtt_s = measure_rtt(box)
@@ -140,9 +158,20 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
         p1 = [recipe("timing", n_seed + j) for j in range(k)]
         p2 = [recipe("timing", n_seed + k + j) for j in range(k)]
         n_seed += 2 * k
-        prep = box.request({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing")
+        # both sandboxes build the round's inputs at once (nothing is timed meanwhile: two cores, half the wait)
+        box.send({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing")
+        if clean is not None:
+            clean.send({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing (clean baseline)")
+        prep = box.receive(phase="timing")
         if not prep.get("ok"):
             raise TimingRefused(f"preparing round {r_index} failed: {prep.get('error')}")
+        if clean is not None:
+            cprep = clean.receive(phase="timing (clean baseline)")
+            if not cprep.get("ok"):
+                raise TimingRefused(f"preparing the clean baseline failed: {cprep.get('error')}")
+        clean_samples: list = []
+        if clean is not None and r_index % 2 == 0:
+            clean_samples = _clean_round(clean)
         cpu0 = _cpu_clocks(box.pid)
         t0 = time.perf_counter_ns()
         go = box.request({"cmd": "go"}, phase="timing")
@@ -160,8 +189,10 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
         if (not isinstance(samples, list) or len(samples) != 4
                 or not all(isinstance(s, list) and len(s) == 2 for s in samples)):
             raise TimingRefused("the sandbox returned malformed samples")
+        if clean is not None and r_index % 2 == 1:
+            clean_samples = _clean_round(clean)
         rec = RoundRecord(r_index, p1, p2, samples, wall, fp["prints"], int(go.get("new_threads", 0)),
-                          window_ns=(t0, t1), stamps_ns=_stamps(go))
+                          window_ns=(t0, t1), stamps_ns=_stamps(go), clean_samples=clean_samples)
         if cpu0 is not None and cpu1 is not None:
             rec.cpu_process_s = (cpu1[0] - cpu0[0]) * 1e-9
             rec.cpu_main_s = (cpu1[1] - cpu0[1]) * 1e-9

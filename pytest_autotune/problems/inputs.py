@@ -43,7 +43,7 @@ def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torc
     if not t.is_floating_point() or name == "as_is":
         out = t.clone()
     else:
-        gen = torch.Generator().manual_seed(int(pattern.get("seed", 0)))
+        gen = torch.Generator(device=t.device).manual_seed(int(pattern.get("seed", 0)))
         fi = _finfo(t.dtype)
         scale = float(pattern.get("scale", 1.0))
         safe_scale = min(scale, fi.max / 64)
@@ -62,17 +62,17 @@ def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torc
         elif name == "tiny":
             out = t * max(fi.tiny * 64, 1e-30 if t.dtype in (torch.float32, torch.float64) else fi.tiny * 64)
         elif name == "subnormal":
-            out = t.sign() * (torch.rand(t.shape, generator=gen, dtype=t.dtype) * (fi.tiny * 0.5))
+            out = t.sign() * (torch.rand(t.shape, generator=gen, dtype=t.dtype, device=t.device) * (fi.tiny * 0.5))
         elif name == "mixed_magnitude":
-            exps = torch.randint(-6, 7, t.shape, generator=gen).to(t.dtype)
-            out = t * torch.pow(torch.tensor(10.0, dtype=t.dtype), exps)
+            exps = torch.randint(-6, 7, t.shape, generator=gen, device=t.device).to(t.dtype)
+            out = t * torch.pow(torch.tensor(10.0, dtype=t.dtype, device=t.device), exps)
         elif name == "alternating_sign":
             out = t.abs().reshape(-1).clone()
             out[1::2] *= -1
             out = out.reshape(t.shape)
         elif name == "spikes":
             out = torch.zeros_like(t)
-            mask = torch.rand(t.shape, generator=gen) < 0.01
+            mask = torch.rand(t.shape, generator=gen, device=t.device) < 0.01
             out[mask] = t[mask] * safe_scale
         else:
             raise ValueError(f"unknown value pattern {name!r}")
@@ -103,11 +103,19 @@ def apply_layout(t: torch.Tensor, layout: Optional[str]) -> torch.Tensor:
     raise ValueError(f"unknown layout {layout!r}")
 
 
-def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None) -> list:
-    """Build the inputs of ``recipe`` (on CPU from the seed, then ``to_device``, then the layout)."""
+def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
+                generate_on: Optional[torch.device] = None) -> list:
+    """Build the inputs of ``recipe``: from the seed (on ``generate_on`` when given: ``get_inputs()`` then runs
+    under that default device, so a GPU draws its own inputs instead of waiting ~1 s per 128M-element randn on
+    one CPU thread), then ``to_device``, then the layout. Controller and sandbox must pass the same
+    ``generate_on`` to get the same values."""
     sizes = recipe.get("sizes") or {}
     with problem.sizes(sizes):
-        inputs = problem.raw_inputs(int(recipe["seed"]))
+        if generate_on is not None:
+            with generate_on:
+                inputs = problem.raw_inputs(int(recipe["seed"]))
+        else:
+            inputs = problem.raw_inputs(int(recipe["seed"]))
     values: Sequence[Optional[dict]] = recipe.get("values") or []
     layouts: Sequence[Optional[str]] = recipe.get("layout") or []
     domain = problem.input_domain

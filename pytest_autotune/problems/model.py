@@ -64,5 +64,19 @@ class BaselineRef:
         return self.path is None
 
 
+@dataclass(frozen=True)
+class KernelItemSpec:
+    """One item: a problem, a candidate, a device. ``item_key`` names its seeds (stable across processes)."""
+
+    nodeid: str
+    problem: ProblemRef
+    candidate: CandidateRef
+    device: str
+
+    @property
+    def item_key(self) -> str:
+        return f"{self.problem.name}|{self.candidate.name}|{self.device}"
+
+
 REFERENCE_BASELINE = BaselineRef("reference", None)
 AA_CANDIDATE_NAME = "reference-aa"

@@ -94,6 +94,7 @@ class ChildState:
         device_cls = getattr(sys.modules[mod], cls)
         self.device = device_cls(index=int(spec.get("index", 0)), options=spec.get("options") or {})
         self.device.setup(self.threads)
+        self.device.warm_runtime()  # runtime threads (MLX's stream thread, CUDA's) exist before any count
         self.problem = LoadedProblem.load(_src(init["problem"]))
         self.sizes = dict(init.get("sizes") or {})
         self.init_seed = int(init["init_seed"])
@@ -164,7 +165,7 @@ class ChildState:
         r["sizes"] = sizes
         if self.framework == "mlx":
             return [self.device.to_device(x) for x in materialize(self.problem, r)]
-        return materialize(self.problem, r, self.device.to_device)
+        return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
 
     def call(self, arm: str, model: Any, inputs: list) -> Any:
         if self.framework == "torch":
@@ -206,9 +207,11 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
         if unsendable:
             results.append({"error": f"{arm} returned {unsendable}", "location": location})
             continue
-        if delay:
+        if delay:  # late writers: re-read the output after a pause (correctness phase)
             time.sleep(delay)
-        second = st.device.to_host(out)
+            second = st.device.to_host(out)
+        else:
+            second = first
         threads1 = os_thread_count()
         mutated = [
             i for i, (x, o) in enumerate(zip(inputs, originals))
@@ -301,6 +304,29 @@ def h_go(st: ChildState, msg: dict) -> dict:
     }
 
 
+def h_go_baseline(st: ChildState, msg: dict) -> dict:
+    """The clean-process reference for baseline sanity: the baseline alone on the round's input groups,
+    A(p1) A(p2), in a sandbox that never imported the candidate, timed in the same window as the item's round."""
+    base = st.models()["baseline"]
+    p1, p2 = st.batches["p1"], st.batches["p2"]
+    if st.disable_gc:
+        gc.disable()
+    try:
+        ctx = torch.no_grad() if st.framework == "torch" else _null()
+        with ctx:
+            a1 = st.device.timed(base, p1)
+            for o in a1.outputs:
+                _scrub_unless_input(st, o, p1)
+            a2 = st.device.timed(base, p2)
+            for o in a2.outputs:
+                _scrub_unless_input(st, o, p2)
+    finally:
+        if st.disable_gc:
+            gc.enable()
+    st.batches = {}
+    return {"samples": [[a1.seconds, a1.host_seconds], [a2.seconds, a2.host_seconds]]}
+
+
 def _scrub_unless_input(st: ChildState, out: Any, batch: list) -> None:
     """Scrub a baseline output -- but never through memory it shares with an input of the batch (a reference
     that returns a view of its input would otherwise have the candidate's inputs overwritten with NaN)."""
@@ -364,6 +390,7 @@ HANDLERS = {
     "calibrate": h_calibrate,
     "prepare": h_prepare,
     "go": h_go,
+    "go_baseline": h_go_baseline,
     "fingerprint": h_fingerprint,
     "tamper": lambda st, msg: {"tamper": st.tamper_changes()},
     "ping": lambda st, msg: {},

@@ -8,23 +8,13 @@ calls, timing). Devices are plugins: ``pytest_autotune_devices`` returns :class:
 from __future__ import annotations
 
 import abc
-import importlib
 import platform
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
 
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    name: str  # --device value
-    target: str  # "package.module:ClassName"
-    description: str = ""
-
-    def load(self) -> type["Device"]:
-        mod, _, cls = self.target.partition(":")
-        return getattr(importlib.import_module(mod), cls)
+from .spec import DeviceSpec  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -63,6 +53,10 @@ class Device(abc.ABC):
     def setup(self, threads: int) -> None:
         """Called once in every process that runs models on this device."""
         torch.set_num_threads(threads)
+
+    def generation_device(self) -> Optional["torch.device"]:
+        """Where inputs are drawn (``None``: on the CPU, the KernelBench default). Both sides use it."""
+        return None
 
     def warm_runtime(self) -> None:
         """Start the runtime's own threads/streams (one tiny op) before threads are counted."""

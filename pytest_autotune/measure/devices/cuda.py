@@ -276,6 +276,9 @@ class CudaDevice(Device):
         return dict(fp)
 
     # ------------------------------------------------------------------------------------------ data
+    def generation_device(self) -> Optional[torch.device]:
+        return self.torch_device
+
     def to_device(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return value.to(self.torch_device)

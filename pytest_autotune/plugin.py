@@ -120,6 +120,18 @@ def _extend_collection_args(config: pytest.Config, session: AutotuneSession) -> 
             config.args.append(str(d))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Controller: close the run in the store and write the JSON report before the terminal summary, so store
+    problems show there and fail the session."""
+    s = session.config.stash.get(SESSION_KEY, None)
+    if s is None or s.is_worker:
+        return
+    closed = s.close_run()
+    if (not closed or s.store_errors) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is not None:

@@ -374,19 +374,33 @@ class AutotuneSession:
                 "store_errors": self.store_errors}
 
     # ---------------------------------------------------------------------------------------- end
-    def finish(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-        if not self.is_worker and self.store is not None and self.run is not None:
+    def close_run(self) -> bool:
+        """Controller, end of the session: reveal the nonce (closing the run in the store), then write the JSON
+        report. Returns False when the store refused to close the run (e.g. a forged row: its MAC does not
+        match), which is then in ``store_errors`` and in the report."""
+        ok = True
+        if self.is_worker:
+            return ok
+        if self.store is not None and self.run is not None:
             try:
                 self.store.finish_run(self.run.run_id, self.nonce)
+            except StoreError as e:
+                self.store_errors.append(f"closing the run failed: {e}")
+                ok = False
             finally:
                 self.store.close()
-        if not self.is_worker and self.opts.json_path is not None:
+                self.store = None
+        if self.opts.json_path is not None:
             from .report.json_report import build_report, write_report
 
             write_report(self.opts.json_path, build_report(self))
+        return ok
+
+    def finish(self) -> None:
+        """Release the sandboxes (every process, at unconfigure)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def run_json(self) -> dict:
         if self.run is not None:

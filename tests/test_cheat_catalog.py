@@ -167,22 +167,17 @@ CATALOG: list[Case] = [
 ]
 
 GPU_CHEATS = sorted((CHEATS / "gpu").rglob("cheat_*.py"))
-#: probes off (these cheats are about timing; adversarial inputs at GPU sizes cost minutes), and the host/event
-#: ratio the DeviceClockGate allows at 1.25 (see test_gpu_cheat)
-GPU_PROTOCOL = {"probes.max_examples": "0", "probes.shape_examples": "0",
-                "devices.cuda.event_host_max_ratio": "1.25"}
+#: probes off (these cheats are about timing; adversarial inputs at GPU sizes cost minutes); the DeviceClockGate
+#: runs with the protocol's event/host ratio (1.25, see test_gpu_cheat)
+GPU_PROTOCOL = {"probes.max_examples": "0", "probes.shape_examples": "0"}
 
 SESSION_PROTOCOL = {
-    # This 2-core machine is shared: between the clean-process baseline (measured once per problem) and an
-    # item's paired timing the load can change, and honest items were seen at 1.7x; the sabotage cheats slow
-    # the baseline 4x or more, so the catalog allows 2.5x (docs/threat-model.md, "baseline sanity").
-    "main": {"integrity.baseline_max_slowdown": "2.5"},
-    # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit. The
-    # identity is so fast that each timed sample holds 32 calls on 32 distinct inputs, so the baseline beside it
-    # runs out of cache while the clean-process baseline (2 calls a sample) does not: it reads up to ~1.9x
-    # "slower" without any sabotage, and baseline sanity must not pre-empt the breaker here.
+    # the protocol's own integrity limits: baseline sanity compares with a clean sandbox timed in the same rounds
+    # on the same inputs, so machine load and cache footprint do not masquerade as sabotage
+    "main": {},
+    # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit
     "limits": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.timeout_s": "4.0",
-               "sandbox.memory_mb": "1536", "integrity.baseline_max_slowdown": "3.0"},
+               "sandbox.memory_mb": "1536"},
     "store": {"probes.max_examples": "0", "probes.shape_examples": "0"},
 }
 

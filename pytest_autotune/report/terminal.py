@@ -53,7 +53,7 @@ def write_summary(tr: Any, session: "AutotuneSession") -> None:
         tr.write_line("bars: " + ", ".join(f"{b['name']} {b['status']}" for b in bars(s, session)))
     status = "frozen" if session.freeze.frozen else "NOT FROZEN (exploratory)"
     tr.write_line(f"protocol {session.protocol.version} sha256 {session.protocol.sha256[:16]}... {status}")
-    if session.opts.measuring and session.store is not None:
+    if session.opts.measuring and session.run is not None:
         tr.write_line(f"run {session.run_id} recorded in {session.opts.db}")
     for err in session.store_errors:
         tr.write_line(f"STORE: {err}", red=True)

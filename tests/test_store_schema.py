@@ -104,9 +104,13 @@ def make_result(run: RunRecord, i: int = 0, **overrides) -> KernelResult:
         "breaker": "ok",
         "protocol_sha256": run.protocol_sha256,
         "exploratory": run.exploratory,
-        "provenance": {"i": i},
     }
     fields.update(overrides)
+    if "provenance" not in overrides:  # what the session records: the row's own digests, seeds and sizes
+        fields["provenance"] = {"problem_sha256": fields["problem_sha256"],
+                                "candidate_sha256": fields["candidate_sha256"],
+                                "baseline_sha256": fields["baseline_sha256"], "seeds": list(fields["seeds"]),
+                                "sizes": {}, "i": i}
     return KernelResult(**fields)
 
 

@@ -96,7 +96,14 @@ class Mutation:
         return cols
 
 
+#: columns the provenance JSON must agree with (rule provenance_complete, migration 0003)
+PROVENANCE_BOUND = {"problem_sha256", "candidate_sha256", "baseline_sha256", "provenance"}
+
+
 def mutation(name: str, patch: dict, rules) -> Mutation:
+    rules = set(rules)
+    if PROVENANCE_BOUND & set(patch):  # a changed digest no longer matches the row's provenance
+        rules.add("provenance_complete")
     return Mutation(name, tuple(sorted(patch.items(), key=lambda kv: kv[0])), frozenset(rules))
 
 

@@ -18,10 +18,13 @@ The same copy machinery replays a store into a private :memory: database for ``v
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
+from . import schema
 from ..errors import StoreError, ValidatorRefusal
 from .db import ResultStore
 from .hashing import canonical_row, nonce_commitment, row_mac
@@ -96,6 +99,8 @@ class _Copier:
         self.qmap: dict[int, int] = {}  # source quarantine id -> target quarantine id
         self.relmap: dict[int, int | None] = {}  # source release id -> target release id (None: refused)
         self.rmap: dict[int, int] = {}  # source results id -> target results id
+        #: table -> [(trigger, sql, when its migration was applied in the source)], for replay only
+        self.legacy_rules: dict[str, list] = {}
 
     def _where(self, table: str, row: dict) -> str:
         ident = f"run {row['run_id']}" if table == "runs" else f"row {row['id']}"
@@ -199,7 +204,8 @@ class _Copier:
                 if nonce is not None:
                     content["row_mac"] = row_mac(nonce, canonical_row(table, content))
         try:
-            new_id = self.target.insert_row(table, content, nonce=None)
+            with self._rules_of_its_time(table, row):
+                new_id = self.target.insert_row(table, content, nonce=None)
         except ValidatorRefusal as e:
             self.sink.refused(f"{self._where(table, row)} refused by the validator: {e}")
             return
@@ -208,6 +214,21 @@ class _Copier:
             self.qmap[row["id"]] = new_id
         elif table == "results":
             self.rmap[row["id"]] = new_id
+
+    @contextlib.contextmanager
+    def _rules_of_its_time(self, table: str, row: dict) -> Iterator[None]:
+        """Replay only (a private in-memory target): a row that was in the table before a later migration added a
+        rule (its id is below that migration's rule_epochs.first_id in the source) is judged without that rule,
+        as it was when it got in. A real merge target keeps every rule."""
+        dropped = [(name, sql) for name, sql, first_id in self.legacy_rules.get(table, [])
+                   if isinstance(row.get("id"), int) and row["id"] < first_id]
+        for name, _ in dropped:
+            self.target._conn.execute(f"DROP TRIGGER {name}")
+        try:
+            yield
+        finally:
+            for _, sql in dropped:
+                self.target._conn.execute(sql)
 
     def _target_result_id(self, src_id: int) -> int | None:
         """The target's id of source results row ``src_id``: copied in this merge, or already in the target (its
@@ -272,13 +293,30 @@ class _Copier:
         return new_id
 
 
+def _later_rules(conn: sqlite3.Connection) -> dict[str, list]:
+    """table -> [(trigger, sql, first id it applies to)] for rules that migrations after 0001 added."""
+    try:
+        epochs = {(r[0], r[1]): int(r[2]) for r in conn.execute("SELECT migration, tbl, first_id FROM rule_epochs")}
+    except sqlite3.Error:
+        return {}
+    out: dict[str, list] = {}
+    for migration, triggers in schema.EPOCH_RULES.items():
+        for name, sql in triggers:
+            table = sql.split(" ON ", 1)[1].split()[0]
+            if (migration, table) in epochs:
+                out.setdefault(table, []).append((name, sql, epochs[(migration, table)]))
+    return out
+
+
 def replay_problems(conn: sqlite3.Connection, label: str = "") -> list[str]:
     """Insert every row of ``conn`` again, in order, into a private :memory: store through the current validator.
     Returns one problem per row it refuses (such a row got in while the validator was bypassed)."""
     target = ResultStore._memory()
     sink = _Sink()
     try:
-        _Copier(conn, label or "db", target, sink, check_macs=False).run()
+        copier = _Copier(conn, label or "db", target, sink, check_macs=False)
+        copier.legacy_rules = _later_rules(conn)
+        copier.run()
     finally:
         target.close()
     return [

@@ -24,7 +24,7 @@ from __future__ import annotations
 from sqlite_utils.migrations import Migrations
 
 #: ``PRAGMA user_version`` once every migration below has been applied.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: ``PRAGMA application_id`` of a pytest-autotune store ("PATS").
 APPLICATION_ID = 0x50415453
@@ -467,6 +467,19 @@ def _tables() -> list[tuple[str, str]]:
     ]
 
 
+#: migration 0003: from which row id on a table is judged by the rules a later migration added (rows before it
+#: got in under the rules of their time; verify's replay judges them so). An id, not a timestamp: a forger can
+#: backdate created_at, not the id of a row appended after the migration.
+RULE_EPOCHS_SQL = (
+    "CREATE TABLE rule_epochs (\n"
+    "  migration TEXT NOT NULL,\n"
+    "  tbl TEXT NOT NULL,\n"
+    "  first_id INTEGER NOT NULL,\n"
+    "  PRIMARY KEY (migration, tbl)\n"
+    ") STRICT"
+)
+
+
 def _final_tables() -> list[tuple[str, str]]:
     """Every table after the last migration."""
     out = []
@@ -474,6 +487,7 @@ def _final_tables() -> list[tuple[str, str]]:
         if name == "results":
             sql = _with_added_columns(sql, "results", [d for _, d in RETEST_COLUMN_DEFS])
         out.append((name, sql))
+    out.append(("rule_epochs", RULE_EPOCHS_SQL))
     return out
 
 
@@ -771,17 +785,57 @@ def _retest_link_trigger() -> tuple[str, str]:
     )
 
 
+def _provenance_triggers() -> list[tuple[str, str]]:
+    """A measurement row must carry its provenance: the JSON names the very digests and seeds of the row
+    (the run's provenance is on its runs row). Checked in the database, so a raw INSERT cannot skip it."""
+    out = []
+    for table in ("results", "quarantine"):
+        complete = (
+            "CASE WHEN json_valid(NEW.provenance) THEN (json_type(NEW.provenance) = 'object' "
+            "AND json_extract(NEW.provenance, '$.problem_sha256') IS NEW.problem_sha256 "
+            "AND json_extract(NEW.provenance, '$.candidate_sha256') IS NEW.candidate_sha256 "
+            "AND json_extract(NEW.provenance, '$.baseline_sha256') IS NEW.baseline_sha256 "
+            "AND json_type(NEW.provenance, '$.seeds') = 'array' "
+            "AND json_type(NEW.provenance, '$.sizes') = 'object') ELSE 0 END"
+        )
+        # a malformed digest or provenance is left to its own CHECK (digests, provenance_json) to name
+        own_ok = (" AND ".join(_hex64(f"NEW.{c}") for c in ("problem_sha256", "candidate_sha256", "baseline_sha256"))
+                  + " AND json_valid(NEW.provenance) AND json_type(NEW.provenance) = 'object'")
+        name = f"{table}_provenance_complete"
+        out.append((name, _trigger(
+            name, "BEFORE INSERT", table, f"{own_ok} AND NOT coalesce(({complete}), 0)", "provenance_complete",
+            "provenance must be a JSON object naming this row problem_sha256, candidate_sha256 and "
+            "baseline_sha256, with the seeds (array) and the sizes measured (object)",
+        )))
+    return out
+
+
 #: tables as migration 0001 creates them
 TABLES_0001: list[tuple[str, str]] = _tables()
 #: triggers created by migration 0001
 TRIGGERS_0001: list[tuple[str, str]] = _triggers()
 #: triggers created by migration 0002_retest
 TRIGGERS_0002: list[tuple[str, str]] = [_retest_link_trigger()]
+def _epoch_triggers() -> list[tuple[str, str]]:
+    out = []
+    for event in ("UPDATE", "DELETE"):
+        name = f"rule_epochs_append_only_{event.lower()}"
+        out.append((name, _trigger(name, f"BEFORE {event}", "rule_epochs", None, "rule_epochs_append_only",
+                                   "rule_epochs rows are never changed or deleted")))
+    return out
+
+
+#: triggers created by migration 0003_provenance
+TRIGGERS_0003: list[tuple[str, str]] = _provenance_triggers() + _epoch_triggers()
+
+#: rules a later migration added to existing tables: rows with an id below the migration's rule_epochs.first_id
+#: are replayed without them (migration 0002's retest rule only ever applies to rows that have a link)
+EPOCH_RULES: dict[str, list[tuple[str, str]]] = {"0003_provenance": _provenance_triggers()}
 
 #: every table after the last migration (name, exact SQL as sqlite_master stores it)
 TABLES: list[tuple[str, str]] = _final_tables()
 #: every trigger after the last migration
-TRIGGERS: list[tuple[str, str]] = TRIGGERS_0001 + TRIGGERS_0002
+TRIGGERS: list[tuple[str, str]] = TRIGGERS_0001 + TRIGGERS_0002 + TRIGGERS_0003
 
 #: (type, name) -> exact SQL stored in sqlite_master once every migration is applied
 EXPECTED_SCHEMA: dict[tuple[str, str], str] = {
@@ -879,3 +933,15 @@ def m0002_retest(db) -> None:
     for _, sql in TRIGGERS_0002:
         db.execute(sql)
     db.execute("PRAGMA user_version = 2")
+
+
+@migrations(name="0003_provenance")
+def m0003_provenance(db) -> None:
+    """Every results/quarantine row must carry its item provenance (digests, seeds, sizes) in its JSON."""
+    db.execute(RULE_EPOCHS_SQL)
+    for table in ("results", "quarantine"):
+        db.execute("INSERT INTO rule_epochs (migration, tbl, first_id) "
+                   f"SELECT '0003_provenance', '{table}', coalesce(max(id), 0) + 1 FROM {table}")
+    for _, sql in TRIGGERS_0003:
+        db.execute(sql)
+    db.execute("PRAGMA user_version = 3")

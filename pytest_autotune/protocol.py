@@ -50,7 +50,7 @@ class SeedsSection:
 
 @dataclass(frozen=True)
 class TimingSection:
-    order: str = _f(choices=("ABBA",))
+    order: str = _f(choices=("ABBA", "ABBA/BAAB"))
     warmup_calls: int = _f(ge=0)
     min_pairs: int = _f(ge=2)
     max_pairs: int = _f(ge=2)

@@ -14,7 +14,7 @@ from .protocol import Protocol
 
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
-    "1": "8ed5b4c34d1d75f3a3a4aa2a2908d49e3a1de0723a50b315c0e9b66851d43f1a",
+    "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
 }
 
 

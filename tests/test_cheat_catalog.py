@@ -107,10 +107,9 @@ CATALOG: list[Case] = [
          "tamper snapshot of process settings (sandbox/tamper.py _SETTINGS)"),
     Case("softmax_rows", "cheat_instance_patch", "main", R, ("integrity",), r"baseline ran .* slower",
          "baseline sanity: clean-process baseline (gates/integrity.py BaselineSanityGate)"),
-    Case("softmax_rows", "cheat_burn_process", "main", NO_GAIN, (), "",
-         "baseline sanity / wall clock when it bites (the scheduler favours the waking sandbox, so short "
-         "samples often escape the spinners: then it gains nothing); the helpers die with the sandbox's "
-         "process group (sandbox/runner.py)"),
+    Case("softmax_rows", "cheat_burn_process", "main", R, ("integrity",), r"helper process",
+         "the controller counts the processes in the sandbox's process group after every timed round "
+         "(measure/schedule.py, ThreadGate); the helpers die with the group (sandbox/runner.py)"),
     # ---------------------------------------------------------------- extra threads and cores
     Case("softmax_rows", "cheat_burn_thread", "main", R, ("integrity",), r"thread",
          "thread count after every call (sandbox/child.py, gates/correctness.py)"),

@@ -52,7 +52,7 @@ def test_extra_pins_from_a_hook_freeze_a_project_protocol():
 
 def test_loaded_values_are_typed_and_frozen():
     p = load_protocol(ROOT_PROTOCOL)
-    assert p.timing.order == "ABBA" and isinstance(p.timing.min_pairs, int)
+    assert p.timing.order == "ABBA/BAAB" and isinstance(p.timing.min_pairs, int)
     assert p.breaker.max_speedup == 10.0
     assert p.tolerance["float32"].rtol > 0 and p.tolerance_for("int64") is None
     assert p.bars.fast_p_thresholds == (0.0, 1.0, 1.2)
@@ -70,7 +70,7 @@ def test_loaded_values_are_typed_and_frozen():
         (b"count = 5", b'count = "five"', "seeds.count", "must be an integer"),
         (b"max_speedup = 10.0", b"max_speedup = true", "breaker.max_speedup", "must be a number"),
         (b"disable_gc = true", b"disable_gc = 1", "timing.disable_gc", "true or false"),
-        (b'order = "ABBA"', b'order = "AB"', "timing.order", "use one of ABBA"),
+        (b'order = "ABBA/BAAB"', b'order = "AB"', "timing.order", "use one of ABBA"),
         (b"max_pairs = 400", b"max_pairs = 4", "max_pairs", "raise max_pairs"),
         (b"[tolerance.bfloat16]", b"[tolerance.float8]", "tolerance.float8", "use one of"),
         (b"cpu_threads = 1", b"", "timing.cpu_threads", "missing key"),

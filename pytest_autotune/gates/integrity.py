@@ -81,20 +81,32 @@ class WallClockGate(Gate):
         worst_hidden = 0.0
         for r in ev.rounds:
             reported = sum(s[1] for s in r.samples)  # host-clock seconds
-            fractions.append((r.wall_s - reported - allowance) / r.wall_s if r.wall_s > 0 else 0.0)
             if reported > r.wall_s + self.SKEW_S:
                 fast += 1
             st = r.stamps_ns
             t0, t1 = r.window_ns
             if len(st) != 8 or t1 <= t0:
+                fractions.append((r.wall_s - reported - allowance) / r.wall_s if r.wall_s > 0 else 0.0)
                 continue
+            # the sandbox's span from its first stamp to its last, on its clock, against the controller's window:
+            # a clock that runs slow shrinks the span (the work between samples is inside it, and judged below)
+            span = (max(st) - min(st)) * 1e-9
+            fractions.append((r.wall_s - span - allowance) / r.wall_s if r.wall_s > 0 else 0.0)
             skew = int(self.SKEW_S * 1e9)
-            if any(b < a for a, b in zip(st, st[1:])) or st[0] < t0 - skew or st[-1] > t1 + skew:
+            slots = "ABBA"  # the arm of slots A1 B1 B2 A2
+            run = sorted(range(4), key=lambda i: st[2 * i])  # slots in the order they ran
+            flat = [st[2 * i + j] for i in run for j in (0, 1)]
+            if any(b < a for a, b in zip(flat, flat[1:])) or flat[0] < t0 - skew or flat[-1] > t1 + skew:
                 skewed += 1
                 continue
-            inside = [(st[2 * i + 1] - st[2 * i]) * 1e-9 - r.samples[i][1] for i in range(4)]  # A1 B1 B2 A2
-            gaps = (st[4] - st[3] + st[6] - st[5]) * 1e-9
-            h = (inside[1] + inside[2]) - (inside[0] + inside[3]) + gaps
+            inside = [(st[2 * i + 1] - st[2 * i]) * 1e-9 - r.samples[i][1] for i in range(4)]
+            h = sum(inside[i] for i in range(4) if slots[i] == "B") - sum(inside[i] for i in range(4) if slots[i] == "A")
+            # the sandbox's own work between samples (scrubbing baseline outputs) follows baseline samples only:
+            # after a candidate sample the next one starts at once, so any time there is hidden time
+            for pos in range(3):
+                prev, nxt = run[pos], run[pos + 1]
+                if slots[prev] == "B":
+                    h += (st[2 * nxt] - st[2 * prev + 1]) * 1e-9
             worst_hidden = max(worst_hidden, h)
             if h > self.HIDDEN_ABS_S + self.HIDDEN_REL * reported:
                 hidden += 1
@@ -200,6 +212,11 @@ class ThreadGate(Gate):
                     f"{allowed * 1e3:.2f} ms allowed with [timing].cpu_threads = "
                     f"{ctx.protocol.timing.cpu_threads}): work ran on more cores than the protocol gives "
                     "every arm")
+        helpers = max((getattr(r, "helper_processes", 0) for r in ev.rounds), default=0)
+        if helpers:
+            return GateOutcome.refuse(
+                "integrity", f"{helpers} helper process(es) of the candidate were alive during the timed rounds: "
+                "work outside the timed calls (a candidate may not run processes beside the measurement)")
         worst = max((r.new_threads for r in ev.rounds), default=0)
         if worst > ctx.protocol.integrity.max_new_threads:
             return GateOutcome.refuse(

@@ -10,6 +10,7 @@ of the candidate outputs at positions it chooses only then. Rounds go on until t
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import sys
 import time
@@ -49,6 +50,10 @@ class RoundRecord:
     cpu_main_s: Optional[float] = None
     #: the baseline timed in the clean sandbox on this round's inputs, in the same window: [[dev_s, host_s]] x 2
     clean_samples: list = field(default_factory=list)
+    #: "ABBA" or "BAAB" (samples and stamps are per slot A1 B1 B2 A2 either way)
+    order: str = "ABBA"
+    #: other live processes in the sandbox's process group after the round, counted by the controller
+    helper_processes: int = 0
 
 
 @dataclass
@@ -95,6 +100,31 @@ def _cpu_clocks(pid: int) -> Optional[tuple[int, int]]:
     except (OSError, OverflowError, ValueError, IndexError):
         return None
     return process, main_thread
+
+
+def _group_helpers(pid: int) -> int:
+    """Processes other than the sandbox itself in the sandbox's process group (Linux; 0 elsewhere), counted by
+    the controller from /proc: a candidate that forks helpers to run while the baseline is timed (and stops them
+    while it runs itself) is seen here, whatever it reports."""
+    if not sys.platform.startswith("linux") or pid <= 0:
+        return 0
+    n = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for e in entries:
+        if not e.isdigit() or int(e) == pid:
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pid:  # state, ppid, pgrp
+            n += 1
+    return n
 
 
 def _stamps(go: dict) -> list:
@@ -174,7 +204,8 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
             clean_samples = _clean_round(clean)
         cpu0 = _cpu_clocks(box.pid)
         t0 = time.perf_counter_ns()
-        go = box.request({"cmd": "go"}, phase="timing")
+        order = "BAAB" if (t.order == "ABBA/BAAB" and r_index % 2 == 1) else "ABBA"
+        go = box.request({"cmd": "go", "order": order}, phase="timing")
         t1 = time.perf_counter_ns()
         cpu1 = _cpu_clocks(box.pid)
         wall = (t1 - t0) * 1e-9
@@ -191,8 +222,11 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
             raise TimingRefused("the sandbox returned malformed samples")
         if clean is not None and r_index % 2 == 1:
             clean_samples = _clean_round(clean)
+        if go.get("order", "ABBA") != order:
+            raise TimingRefused(f"round {r_index} ran in order {go.get('order')!r}, {order!r} was asked")
         rec = RoundRecord(r_index, p1, p2, samples, wall, fp["prints"], int(go.get("new_threads", 0)),
-                          window_ns=(t0, t1), stamps_ns=_stamps(go), clean_samples=clean_samples)
+                          window_ns=(t0, t1), stamps_ns=_stamps(go), clean_samples=clean_samples, order=order)
+        rec.helper_processes = _group_helpers(box.pid)
         if cpu0 is not None and cpu1 is not None:
             rec.cpu_process_s = (cpu1[0] - cpu0[0]) * 1e-9
             rec.cpu_main_s = (cpu1[1] - cpu0[1]) * 1e-9

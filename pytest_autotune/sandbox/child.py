@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -260,46 +260,66 @@ def h_prepare(st: ChildState, msg: dict) -> dict:
 
 
 def h_go(st: ChildState, msg: dict) -> dict:
-    """One ABBA round: A(p1) B(p1) B(p2) A(p2). Baseline outputs are scrubbed before the candidate runs."""
+    """One round: ``ABBA`` = A(p1) B(p1) B(p2) A(p2), or ``BAAB`` = B(p1) A(p1) A(p2) B(p2) (the controller
+    alternates them, so each arm takes each position equally often: the first sample of a round runs colder).
+
+    Baseline outputs are overwritten before the next candidate sample (nothing of the answer is left for the
+    candidate to find) and stay allocated until the round ends, so their freshly written block does not become
+    the candidate's next output buffer, hot in cache (with that, an A/A item read 1.03).
+    ``samples`` and ``stamps_ns`` come back per slot A1 B1 B2 A2, whatever the order they ran in."""
     models = st.models()
-    base, cand = models["baseline"], models["candidate"]
-    fa: Callable = base  # called directly: the no_grad context below covers both arms alike
-    fb: Callable = cand
+    arms = {"A": models["baseline"], "B": models["candidate"]}  # called directly under one no_grad context
     p1, p2 = st.batches["p1"], st.batches["p2"]
+    order = msg.get("order", "ABBA")
+    if order not in ("ABBA", "BAAB"):
+        raise ValueError(f"unknown order {order!r}")
+    seq = [(order[0], "1"), (order[1], "1"), (order[2], "2"), (order[3], "2")]
+    batches = {"1": p1, "2": p2}
     threads0 = os_thread_count()
     clock = time.perf_counter_ns
-    stamps: list[int] = []
+    stamps: dict[str, tuple[int, int]] = {}
+    results: dict[str, Any] = {}
+    unscrubbed: list = []  # (outputs, batch) of baseline samples not yet overwritten
+    held: list = []  # scrubbed baseline outputs, kept allocated until the round ends
+    kept: list = []
     if st.disable_gc:
         gc.disable()
     try:
         ctx = torch.no_grad() if st.framework == "torch" else _null()
         with ctx:
-            stamps.append(clock())
-            a1 = st.device.timed(fa, p1)
-            stamps.append(clock())
-            for o in a1.outputs:
-                _scrub_unless_input(st, o, p1)
-            a1.outputs = []
-            stamps.append(clock())
-            b1 = st.device.timed(fb, p1)
-            stamps.append(clock())
-            stamps.append(clock())
-            b2 = st.device.timed(fb, p2)
-            stamps.append(clock())
-            stamps.append(clock())
-            a2 = st.device.timed(fa, p2)
-            stamps.append(clock())
+            for pos, (arm, group) in enumerate(seq):
+                if arm == "B":
+                    for outs, batch in unscrubbed:
+                        for o in outs:
+                            _scrub_unless_input(st, o, batch)
+                        held.append(outs)
+                    unscrubbed = []
+                slot = arm + group
+                t0 = clock()
+                sample = st.device.timed(arms[arm], batches[group])
+                t1 = clock()
+                stamps[slot] = (t0, t1)
+                results[slot] = sample
+                if arm == "A":
+                    unscrubbed.append((sample.outputs, batches[group]))
+                else:
+                    kept.extend(sample.outputs)
+                sample.outputs = []
     finally:
         if st.disable_gc:
             gc.enable()
     threads1 = os_thread_count()
-    st.pending_scrub = a2.outputs  # scrubbed at the next command, outside the round's wall-clock window
-    a2.outputs = []
-    st.kept = b1.outputs + b2.outputs
+    # baseline outputs still unscrubbed (ABBA's A2): at the next command, outside the round's wall-clock window
+    st.pending_scrub = [o for outs, _ in unscrubbed for o in outs]
+    del held
+    st.kept = kept  # B(p1) outputs first, then B(p2): the order of the recipes
     st.batches = {}
+    slots = ("A1", "B1", "B2", "A2")
     return {
-        "samples": [[s.seconds, s.host_seconds] for s in (a1, b1, b2, a2)],
-        "stamps_ns": stamps,  # [start, end] of each sample, on the controller's clock too (WallClockGate)
+        "samples": [[results[k].seconds, results[k].host_seconds] for k in slots],
+        # [start, end] of each slot's sample on the controller's clock too (WallClockGate)
+        "stamps_ns": [t for k in slots for t in stamps[k]],
+        "order": order,
         "new_threads": threads1 - threads0,
     }
 
@@ -327,13 +347,14 @@ def h_go_baseline(st: ChildState, msg: dict) -> dict:
     return {"samples": [[a1.seconds, a1.host_seconds], [a2.seconds, a2.host_seconds]]}
 
 
-def _scrub_unless_input(st: ChildState, out: Any, batch: list) -> None:
+def _scrub_unless_input(st: ChildState, out: Any, batch: list) -> bool:
     """Scrub a baseline output -- but never through memory it shares with an input of the batch (a reference
     that returns a view of its input would otherwise have the candidate's inputs overwritten with NaN)."""
     inputs = {_storage_ptr(x) for b in batch for x in b if isinstance(x, torch.Tensor)}
     if any(_storage_ptr(t) in inputs for t in _flat_tensors(out)):
-        return
+        return False
     st.device.scrub(out)
+    return True
 
 
 def _storage_ptr(t: torch.Tensor) -> int:

@@ -3,8 +3,9 @@ spin; stop them (SIGSTOP) whenever its own call starts and let them go (SIGCONT)
 returns. The baseline shares the CPUs with the spinners, the candidate never does. No name is replaced, no
 setting of the sandbox changes and it has no extra thread, so neither the tamper snapshot nor the thread checks
 see anything; the helpers' pids are written next to this file.
-Caught by: the baseline sanity check -- the baseline beside the candidate is compared with the same baseline
-timed in a clean process (integrity). The helpers die with the sandbox's process group."""
+Caught by: the controller, which counts the processes in the sandbox's process group after every timed round
+(integrity; the clean-sandbox baseline is slowed by the spinners too, so baseline sanity alone would not see
+it). The helpers die with the sandbox's process group."""
 import os
 import signal
 from pathlib import Path

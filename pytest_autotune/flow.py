@@ -317,6 +317,7 @@ class KernelFlow:
         prov = env.item_provenance({
             "problem_sha256": problem_src.sha256, "candidate_sha256": cand_sha, "baseline_sha256": baseline_sha,
             "seeds": list(ctx.correctness_seeds), "sizes": sizes, "sandbox_pid": sandbox_pid,
+            "device_index": env.device.index,
         })
         prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,
                           "wall_clock": ctx.details.get("wall_clock"),

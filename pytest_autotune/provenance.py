@@ -155,4 +155,8 @@ def builtin_keys() -> list[ProvenanceKey]:
         ProvenanceKey("sizes", "item", dict, "problem size overrides for the device", _ctx("sizes")),
         ProvenanceKey("sandbox_pid", "item", int, "process that ran the candidate", _ctx("sandbox_pid"),
                       required=False),
+        ProvenanceKey("device_index", "item", int, "index of the device the item was measured on (xdist workers "
+                      "on a multi-GPU host each own one)", _ctx("device_index"), required=False),
+        ProvenanceKey("host", "item", str, "host that measured the item (remote xdist workers)",
+                      lambda c: socket.gethostname()),
     ]

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import pytest
 
@@ -413,7 +412,3 @@ class AutotuneSession:
         return {"run_id": self.run_id, "protocol_version": self.protocol.version,
                 "protocol_sha256": self.protocol.sha256, "protocol_frozen": self.freeze.frozen,
                 "exploratory": self.exploratory, "device": self.opts.device, "recorded": False}
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str)

@@ -15,7 +15,7 @@ import secrets
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from ..protocol import Protocol
 from ..sandbox.runner import Sandbox
@@ -153,19 +153,15 @@ def measure_rtt(box: Sandbox, n: int = 5) -> float:
 
 
 def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats_seed: int,
-                      extra_recipe: Optional[dict] = None, should_stop: Optional[Callable[[], bool]] = None,
                       budget_s: Optional[float] = None, clean: Optional[Sandbox] = None) -> TimingEvidence:
     """``clean``: a sandbox that never imported the candidate (baseline against itself). It times the baseline on
     every round's inputs right before (even rounds) or after (odd rounds) the item's round, so the baseline-sanity
     gate compares the two under the same machine load, with the same calls per sample and the same inputs."""
     t = proto.timing
     st = proto.statistics
-    base_recipe = dict(extra_recipe or {})
 
     def recipe(purpose: str, i: int) -> dict:
-        r = dict(base_recipe)
-        r["seed"] = seeds.seed(purpose, i)
-        return r
+        return {"seed": seeds.seed(purpose, i)}
 
     t_start = time.perf_counter()
     warm = [recipe("warmup", i) for i in range(max(1, t.warmup_calls))]
@@ -249,9 +245,6 @@ def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats
             break
         if elapsed >= budget and n_pairs >= t.min_pairs:
             ev.stop_reason = f"item budget of {budget:g} s spent after {n_pairs} pairs"
-            break
-        if should_stop is not None and should_stop():
-            ev.stop_reason = "interrupted"
             break
     final = box.request({"cmd": "tamper"}, phase="timing")
     if not final.get("ok"):

@@ -64,7 +64,3 @@ def paired_estimate(baseline: Sequence[float], candidate: Sequence[float], *, le
         n_pairs=int(b.size), speedup=med, ci_low=lo, ci_high=hi,
         baseline_s=float(np.median(b)), candidate_s=float(np.median(c)),
     )
-
-
-def median(values: Sequence[float]) -> float:
-    return float(np.median(np.asarray(values, dtype=np.float64)))

@@ -22,16 +22,11 @@ class BuiltinParts:
     def pytest_autotune_gates(self, config: Any) -> list["Gate"]:
         # imported here: gates pull in torch and hypothesis, which a plain `pytest --help` should not pay for
         from .gates.breaker import BreakerGate
+        from .gates.clocks import DeviceClockGate, WallClockGate
         from .gates.correctness import CorrectnessGate
-        from .gates.integrity import (
-            BaselineSanityGate,
-            DeviceClockGate,
-            TamperGate,
-            ThreadGate,
-            TimedOutputsGate,
-            WallClockGate,
-        )
+        from .gates.integrity import IdleGate, TamperGate, ThreadGate
         from .gates.probes import ProbeGate
+        from .gates.timed_outputs import TimedOutputsGate
         from .session import SESSION_KEY
 
         session = config.stash.get(SESSION_KEY, None)
@@ -43,9 +38,9 @@ class BuiltinParts:
             ProbeGate(probe_seed_override=probe_seed),
             WallClockGate(),
             ThreadGate(),
+            IdleGate(),
             TimedOutputsGate(),
             DeviceClockGate(),
-            BaselineSanityGate(),
             BreakerGate(release_lookup),
         ]
 

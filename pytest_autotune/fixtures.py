@@ -99,10 +99,11 @@ def frozen_baseline(request: pytest.FixtureRequest) -> FrozenBaseline:
     name, sha = "reference", src.sha256
     if s.opts.measuring:
         flow = s.flow()
-        from .flow import _Golden
+        from .golden import Golden
 
         sizes = problem.sizes_for(s.opts.device)
-        golden = _Golden(problem, s.device, sizes, SeedSource(s.nonce, f"{path.stem}|@baseline|{s.opts.device}").seed("init"))
+        init_seed = SeedSource(s.nonce, f"{path.stem}|@init|{s.opts.device}").seed("init")
+        golden = Golden(problem, s.device, sizes, init_seed)
         with flow.env.lock.exclusive():
             choice = flow.baseline_choice(ProblemRef(path.stem, path), src, problem, sizes, golden)
         name, sha = choice.baseline.name, choice.baseline_sha256

@@ -1,17 +1,19 @@
-"""One kernel item, start to verdict, in one direction (DESIGN §1):
+"""One kernel item, start to verdict, in one direction (docs/architecture.md):
 
-provenance → load (sandbox) → correctness → probes → [timing → integrity → breaker] → verdict.
+provenance → load (candidate sandbox) → correctness → probes → [timing (+ baseline sandbox) → integrity → breaker]
+→ verdict.
 
 A later stage never runs if an earlier one refused the item; nothing is timed before correctness passed;
 the verdict carries the frozen result (accepted), the quarantine record (breaker) or the refusal.
 The store and the report come after, in the session.
+
+The arms run in two sandboxes: the candidate's (problem + candidate) and the baseline's (problem + the strongest
+frozen baseline, never the candidate). Golden outputs are computed here, on the device, and never sent anywhere.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -19,14 +21,14 @@ from typing import Any, Callable, Optional
 import torch
 
 from .errors import ProblemLoadError
-from .gates.base import BaselineChoice, CandidateFailure, Gate, GateContext, GateOutcome, STAGES
+from .gates.base import BaselineChoice, CandidateFailure, CandidateRefusal, Gate, GateContext, GateOutcome, STAGES
 from .gates.compare import compare_outputs
+from .golden import Golden
 from .measure.devices.base import Device
 from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
-from .measure.schedule import TimingRefused, run_paired_timing
+from .measure.schedule import TimingEvidence, TimingRefused, run_paired_timing
 from .problems.discovery import baselines_for
-from .problems.inputs import materialize
 from .problems.loader import LoadedProblem
 from .problems.model import REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
 from .protocol import Protocol
@@ -51,6 +53,8 @@ class FlowEnv:
     item_provenance: Callable[[dict], dict]
     lock: DeviceLock
     budget_scale: float = 1.0
+    #: CPUs both sandboxes of an item are pinned to ([timing].pin), or None
+    cpus: Optional[list[int]] = None
     baselines: dict = field(default_factory=dict)  # (problem path, sha, device) -> BaselineChoice
     problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
 
@@ -62,49 +66,30 @@ class FlowVerdict:
     quarantine: Optional[QuarantineRecord] = None
 
 
-class _Golden:
-    """Reference outputs computed in the controller (never sent to a sandbox), cached per recipe."""
+@dataclass
+class ItemRun:
+    """One item's local values, gathered as the flow goes."""
 
-    def __init__(self, problem: LoadedProblem, device: Device, sizes: dict, init_seed: int) -> None:
-        self.problem = problem
-        self.device = device
-        self.sizes = sizes
-        self.init_seed = init_seed
-        self._models: dict[str, Any] = {}
-        self._cache: "OrderedDict[str, Any]" = OrderedDict()
-        # MLX is the held-out leg: its golden outputs come from the torch reference on the CPU
-        self.on_device = device.framework == "torch"
+    spec: KernelItemSpec
+    ctx: GateContext
+    problem_src: SourceFile
+    cand_src: Optional[SourceFile]
+    problem: LoadedProblem
+    sizes: dict
+    init_seed: int
+    golden: Golden
+    started: float
+    choice: Optional[BaselineChoice] = None
+    baseline_src: Optional[SourceFile] = None
+    boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
 
-    def _model(self, sizes: dict) -> Any:
-        key = json.dumps(sorted(sizes.items()))
-        if key not in self._models:
-            with self.problem.sizes(sizes):
-                m = self.problem.build_reference(self.init_seed)
-            self._models[key] = self.device.prepare_model(m) if self.on_device else m
-        return self._models[key]
+    @property
+    def baseline_name(self) -> str:
+        return self.choice.baseline.name if self.choice else REFERENCE_BASELINE.name
 
-    def __call__(self, recipe: dict) -> Any:
-        key = json.dumps(recipe, sort_keys=True)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
-        sizes = {**self.sizes, **(recipe.get("sizes") or {})}
-        r = dict(recipe)
-        r["sizes"] = sizes
-        model = self._model(sizes)
-        if self.on_device:
-            inputs = materialize(self.problem, r, self.device.to_device, self.device.generation_device())
-            with torch.no_grad():
-                out = self.device.to_host(model(*inputs))
-        else:
-            inputs = materialize(self.problem, r)
-            with torch.no_grad():
-                out = model(*inputs)
-            out = out.detach().clone() if isinstance(out, torch.Tensor) else tuple(o.detach().clone() for o in out)
-        self._cache[key] = out
-        while len(self._cache) > 24:
-            self._cache.popitem(last=False)
-        return out
+    @property
+    def baseline_sha(self) -> str:
+        return self.choice.baseline_sha256 if self.choice else self.problem_src.sha256
 
 
 class KernelFlow:
@@ -123,20 +108,21 @@ class KernelFlow:
             self.env.problems[key] = LoadedProblem.load(src)
         return self.env.problems[key]
 
-    def _init(self, problem_src: SourceFile, sizes: dict, init_seed: int, candidate: Optional[SourceFile],
-              candidate_class: str, baseline: Optional[SourceFile]) -> dict:
+    def _init(self, problem_src: SourceFile, sizes: dict, init_seed: int, role: str, source: Optional[SourceFile],
+              class_name: str) -> dict:
         env = self.env
         return {
+            "role": role,
             "threads": env.protocol.timing.cpu_threads,
             "device": {"target": env.device_spec.target, "index": env.device.index, "options": env.device.options},
             "problem": problem_src.wire(),
-            "candidate": candidate.wire() if candidate else None,
-            "candidate_class": candidate_class,
-            "baseline": baseline.wire() if baseline else None,
-            "baseline_class": "ModelNew",
+            "source": source.wire() if source else None,
+            "class_name": class_name,
             "init_seed": init_seed,
             "sizes": sizes,
             "disable_gc": env.protocol.timing.disable_gc,
+            "thp": env.protocol.sandbox.thp,
+            "cpus": env.cpus,
         }
 
     def _start(self, init: dict, label: str) -> Sandbox:
@@ -160,9 +146,16 @@ class KernelFlow:
         finally:
             ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
+    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource) -> TimingEvidence:
+        env = self.env
+        return run_paired_timing(cand, base, env.protocol, env.protocol.timing_plan(env.device_spec.name), seeds,
+                                 stats_seed=seeds.seed("stats"), graph_below_s=float(
+                                     env.device.options.get("graph_below_s", 0.0) or 0.0),
+                                 budget_scale=env.budget_scale)
+
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
-                        golden: _Golden) -> BaselineChoice:
+                        golden: Golden) -> BaselineChoice:
         """The strongest frozen baseline on this device: the reference, or a declared baseline (a file under
         ``baselines/<problem>/``) that is correct and, timed paired against the reference here, faster.
         Computed once per problem and device per process; the caller holds the device exclusively."""
@@ -171,24 +164,28 @@ class KernelFlow:
             return self.env.baselines[key]
         env = self.env
         seeds = SeedSource(env.nonce, f"{pref.name}|@baseline|{env.device_spec.name}")
-        init_seed = seeds.seed("init")
         declared = baselines_for(pref) if env.device.framework == "torch" else []
         best = BaselineChoice(REFERENCE_BASELINE, problem_src.sha256, 1.0)
-        budget = env.protocol.timing.item_budget_s * env.budget_scale
         for b in declared:
             bsrc = SourceFile.read(b.path)  # type: ignore[arg-type]
-            init = self._init(problem_src, sizes, init_seed, bsrc, "ModelNew", None)
             try:
-                with self._start(init, f"baseline-{pref.name}-{b.name}") as box:
+                with self._start(self._init(problem_src, sizes, golden.init_seed, "candidate", bsrc, "ModelNew"),
+                                 f"baseline-{pref.name}-{b.name}") as box:
+                    ctx = GateContext(nodeid=f"{pref.name}@{b.name}", protocol=env.protocol, problem=problem,
+                                      candidate=None, device=env.device, seeds=seeds, sizes=sizes,  # type: ignore
+                                      sandbox=box, golden=golden)
                     recipes = [{"seed": s} for s in seeds.seeds("correctness", env.protocol.seeds.count)]
-                    reply = box.request({"cmd": "outputs", "arm": "candidate", "recipes": recipes,
-                                         "recheck_delay": 0.0}, phase="baseline check")
-                    bad = _first_mismatch(reply, recipes, golden, env.protocol)
-                    if bad:
-                        raise ProblemLoadError(str(b.path), f"declared baseline is not correct: {bad}")
-                    ev = run_paired_timing(box, env.protocol, seeds, stats_seed=seeds.seed("stats"), budget_s=budget)
-            except ProblemLoadError as e:
-                best.errors.append(f"baseline {b.name} ignored: {e.reason}")
+                    for recipe in recipes:
+                        call = ctx.candidate_outputs([recipe], delay=0.0)[0]
+                        bad = call.error or (None if (c := compare_outputs(call.output, golden(recipe), env.protocol,
+                                                                           f"seed {recipe['seed']}")).ok else c.reason)
+                        if bad:
+                            raise ProblemLoadError(str(b.path), f"declared baseline is not correct: {bad}")
+                    with self._start(self._init(problem_src, sizes, golden.init_seed, "baseline", None, "Model"),
+                                     f"reference-{pref.name}") as ref:
+                        ev = self._timing(box, ref, seeds)
+            except (ProblemLoadError, CandidateFailure, CandidateRefusal, TimingRefused, SandboxFailure) as e:
+                best.errors.append(f"baseline {b.name} ignored: {getattr(e, 'reason', e)}")
                 best.considered[b.name] = None
                 continue
             assert ev.estimate is not None
@@ -201,7 +198,7 @@ class KernelFlow:
     # ------------------------------------------------------------------------------------------ the item
     def run(self, spec: KernelItemSpec) -> FlowVerdict:
         env = self.env
-        t_item = time.perf_counter()
+        started = time.perf_counter()
         seeds = SeedSource(env.nonce, spec.item_key)
         # ---- 1. provenance: pin the exact bytes of everything that decides the outcome
         try:
@@ -214,49 +211,51 @@ class KernelFlow:
         except ProblemLoadError as e:
             return FlowVerdict(self._outcome(spec, "rejected", "load", f"problem {e.path}: {e.reason}"))
         sizes = problem.sizes_for(spec.device)
-        init_seed = seeds.seed("init")
-        golden = _Golden(problem, env.device, sizes, init_seed)
+        # both arms are built from one seed per problem and device, so a problem's items share parameters
+        init_seed = SeedSource(env.nonce, f"{spec.problem.name}|@init|{spec.device}").seed("init")
+        golden = Golden(problem, env.device, sizes, init_seed)
         ctx = GateContext(nodeid=spec.nodeid, protocol=env.protocol, problem=problem, candidate=spec.candidate,
                           device=env.device, seeds=seeds, sizes=sizes, measuring=env.measuring, golden=golden)
         ctx.details["candidate_sha256"] = cand_src.sha256 if cand_src else None
+        item = ItemRun(spec, ctx, problem_src, cand_src, problem, sizes, init_seed, golden, started)
         try:
-            return self._run(spec, ctx, problem_src, cand_src, problem, sizes, init_seed, golden, t_item)
+            return self._run(item)
         except SandboxFailure as e:
             gate = "timing" if "timing" in e.detail or "warm-up" in e.detail else "sandbox"
             return FlowVerdict(self._outcome(spec, "error", gate, str(e), warnings=tuple(ctx.warnings),
-                                             details=_jsonable(ctx.details)))
+                                             details=self._details(item)))
         except ProblemLoadError as e:
             return FlowVerdict(self._outcome(spec, "rejected", "load", f"{e.path}: {e.reason}",
-                                             details=_jsonable(ctx.details)))
+                                             details=self._details(item)))
         except CandidateFailure as e:
             return FlowVerdict(self._outcome(spec, "rejected", "correctness", f"the candidate raised: {e}",
-                                             details=_jsonable(ctx.details)))
+                                             details=self._details(item)))
+        except CandidateRefusal as e:
+            return self._refused(item, GateOutcome.refuse("integrity", str(e)))
 
-    def _run(self, spec: KernelItemSpec, ctx: GateContext, problem_src: SourceFile, cand_src: Optional[SourceFile],
-             problem: LoadedProblem, sizes: dict, init_seed: int, golden: _Golden, t_item: float) -> FlowVerdict:
-        env = self.env
-        if env.device.framework == "mlx" and problem.mlx_model is None:
+    def _run(self, item: ItemRun) -> FlowVerdict:
+        env, spec, ctx = self.env, item.spec, item.ctx
+        if env.device.framework == "mlx" and item.problem.mlx_model is None:
             return FlowVerdict(self._outcome(spec, "rejected", "load",
-                                             f"{problem_src.path} has no ModelMLX port for --device=mlx"))
-        # ---- strongest frozen baseline (timed in clean processes: needs the device to itself)
-        choice: Optional[BaselineChoice] = None
-        baseline_src: Optional[SourceFile] = None
+                                             f"{item.problem_src.path} has no ModelMLX port for --device=mlx"))
+        # ---- the strongest frozen baseline (timed in clean processes: needs the device to itself)
         if env.measuring:
             with env.lock.exclusive():
-                choice = self.baseline_choice(spec.problem, problem_src, problem, sizes, golden)
-            ctx.baseline = choice
-            ctx.warnings.extend(choice.errors)
-            ctx.details["baseline_choice"] = {"baseline": choice.baseline.name, "gain_vs_reference":
-                                              choice.gain_vs_reference, "declared": choice.considered}
-            if not choice.baseline.is_reference:
-                baseline_src = SourceFile.read(choice.baseline.path)  # type: ignore[arg-type]
-        baseline_name = choice.baseline.name if choice else REFERENCE_BASELINE.name
-        baseline_sha = choice.baseline_sha256 if choice else problem_src.sha256
-
-        init = self._init(problem_src, sizes, init_seed, cand_src, spec.candidate.class_name, baseline_src)
+                item.choice = self.baseline_choice(spec.problem, item.problem_src, item.problem, item.sizes,
+                                                   item.golden)
+            ctx.baseline = item.choice
+            ctx.warnings.extend(item.choice.errors)
+            ctx.details["baseline_choice"] = {"baseline": item.choice.baseline.name,
+                                              "gain_vs_reference": item.choice.gain_vs_reference,
+                                              "declared": item.choice.considered}
+            if not item.choice.baseline.is_reference:
+                item.baseline_src = SourceFile.read(item.choice.baseline.path)  # type: ignore[arg-type]
         # ---- 2. load the candidate in its sandbox; 3. correctness; 4. probes (device shared)
+        init = self._init(item.problem_src, item.sizes, item.init_seed, "candidate", item.cand_src,
+                          spec.candidate.class_name)
         with env.lock.shared():
             box = self._start(init, spec.item_key)
+        item.boxes["candidate"] = box
         with box:
             ctx.sandbox = box
             ctx.import_tamper = list(box.hello.get("tamper", []))
@@ -266,95 +265,93 @@ class KernelFlow:
                 with env.lock.shared():
                     refused = self._run_stage(ctx, stage)
                 if refused:
-                    return self._refused(spec, ctx, refused, baseline_name)
+                    return self._refused(item, refused)
             if not env.measuring:
                 return FlowVerdict(self._outcome(
                     spec, "accepted", None, "correctness and probes passed (not timed: run with --autotune)",
-                    baseline=baseline_name, warnings=tuple(ctx.warnings), details=_jsonable(ctx.details)))
-            # ---- 5. paired timing (device exclusive)
-            assert choice is not None
-            # the clean sandbox: the same baseline, never the candidate, timed beside the item (baseline sanity)
-            clean_init = self._init(problem_src, sizes, init_seed, None, spec.candidate.class_name, baseline_src)
-            with env.lock.exclusive(), self._start(clean_init, f"clean-{spec.item_key}") as clean:
+                    baseline=item.baseline_name, warnings=tuple(ctx.warnings), details=self._details(item)))
+            # ---- 5. paired timing against the baseline in its own sandbox (device exclusive)
+            base_init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src,
+                                   "ModelNew")
+            with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}") as base:
+                item.boxes["baseline"] = base
                 try:
-                    ev = run_paired_timing(box, env.protocol, ctx.seeds, stats_seed=ctx.seeds.seed("stats"),
-                                           budget_s=env.protocol.timing.item_budget_s * env.budget_scale,
-                                           clean=clean)
+                    ev = self._timing(box, base, ctx.seeds)
                 except TimingRefused as e:
-                    return self._refused(spec, ctx, GateOutcome.refuse("timing", str(e)), baseline_name)
-                ctx.timing = ev
-                est = ev.estimate
-                assert est is not None
-                ctx.measurement = Measurement(
-                    n_pairs=est.n_pairs, candidate_s=est.candidate_s, baseline_s=est.baseline_s,
-                    speedup=est.speedup, ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,
-                    strawman_speedup=est.speedup * choice.gain_vs_reference, calls_per_sample=ev.calls_per_sample,
-                    stop_reason=ev.stop_reason)
-                if not ev.ci_target_met:
-                    ctx.warnings.append(
-                        f"CI target not reached: the 95% CI is {est.rel_width:.1%} of the speedup wide after "
-                        f"{est.n_pairs} pairs, target {env.protocol.statistics.ci_target_rel_width:.0%} "
-                        f"({ev.stop_reason})")
+                    return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
+            ctx.timing = ev
+            ctx.measurement = self._measurement(item, ev)
             # ---- 6. integrity, 7. breaker
             for stage in ("integrity", "breaker"):
                 refused = self._run_stage(ctx, stage)
                 if refused:
-                    return self._refused(spec, ctx, refused, baseline_name, cand_src, problem_src, baseline_sha,
-                                         sizes)
-        result = self._result(spec, ctx, problem_src, cand_src, baseline_name, baseline_sha, sizes, box.pid)
-        ctx.details["item_seconds"] = time.perf_counter() - t_item
+                    return self._refused(item, refused)
+        result = self._result(item)
         return FlowVerdict(self._outcome(spec, "accepted", None, ctx.measurement.stop_reason if ctx.measurement else "",
-                                         baseline=baseline_name, measurement=ctx.measurement, result=result,
-                                         warnings=tuple(ctx.warnings), details=_jsonable(ctx.details)),
+                                         baseline=item.baseline_name, measurement=ctx.measurement, result=result,
+                                         warnings=tuple(ctx.warnings), details=self._details(item)),
                            result=result)
 
-    def _result(self, spec: KernelItemSpec, ctx: GateContext, problem_src: SourceFile, cand_src: Optional[SourceFile],
-                baseline_name: str, baseline_sha: str, sizes: dict, sandbox_pid: int) -> KernelResult:
-        env = self.env
+    def _measurement(self, item: ItemRun, ev: TimingEvidence) -> Measurement:
+        est = ev.estimate
+        assert est is not None and item.choice is not None
+        plan = self.env.protocol.timing_plan(self.env.device_spec.name)
+        if not ev.ci_target_met:
+            item.ctx.warnings.append(
+                f"CI target not reached: the 95% CI is {est.rel_width:.1%} of the speedup wide after "
+                f"{est.n_pairs} pairs, target {plan.ci_target_rel_width:.0%} ({ev.stop_reason})")
+        return Measurement(
+            n_pairs=est.n_pairs, candidate_s=est.candidate_s, baseline_s=est.baseline_s, speedup=est.speedup,
+            ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,
+            strawman_speedup=est.speedup * item.choice.gain_vs_reference, calls_per_sample=ev.calls_per_sample,
+            stop_reason=ev.stop_reason)
+
+    def _details(self, item: ItemRun) -> dict:
+        """What the report shows about how the item was measured (JSON-able)."""
+        d = dict(item.ctx.details)
+        wall = time.perf_counter() - item.started
+        d["item_seconds"] = wall
+        ev = item.ctx.timing
+        if ev is not None:
+            d["timing"] = {"calls_per_sample": ev.calls_per_sample, "rounds": len(ev.rounds), "mode": ev.mode,
+                           "calibration": ev.calibration, "timed_s": ev.timed_s, "timing_s": ev.elapsed_s,
+                           "cpu": ev.cpu, "stop_reason": ev.stop_reason}
+            d["duty_cycle"] = ev.timed_s / wall if wall > 0 else None
+        d["wire"] = {role: box.chan.stats.as_dict() for role, box in item.boxes.items()}
+        return _jsonable(d)
+
+    def _result(self, item: ItemRun) -> KernelResult:
+        env, ctx, spec = self.env, item.ctx, item.spec
         m = ctx.measurement
         assert m is not None
-        cand_sha = cand_src.sha256 if cand_src else baseline_sha
+        cand_sha = item.cand_src.sha256 if item.cand_src else item.baseline_sha
         prov = env.item_provenance({
-            "problem_sha256": problem_src.sha256, "candidate_sha256": cand_sha, "baseline_sha256": baseline_sha,
-            "seeds": list(ctx.correctness_seeds), "sizes": sizes, "sandbox_pid": sandbox_pid,
-            "device_index": env.device.index,
+            "problem_sha256": item.problem_src.sha256, "candidate_sha256": cand_sha,
+            "baseline_sha256": item.baseline_sha, "seeds": list(ctx.correctness_seeds), "sizes": item.sizes,
+            "sandbox_pid": ctx.sandbox.pid if ctx.sandbox else 0, "device_index": env.device.index,
         })
+        ev = ctx.timing
         prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,
-                          "wall_clock": ctx.details.get("wall_clock"),
-                          "baseline_sanity": ctx.details.get("baseline_sanity")}
+                          "pairing": "cross-process", "mode": ev.mode.get("decision") if ev else None,
+                          "wall_clock": ctx.details.get("wall_clock"), "idle": ctx.details.get("idle")}
         return KernelResult(
             run_id=env.run_id, kind="kernel", nodeid=spec.nodeid, problem=spec.problem.name,
-            problem_sha256=problem_src.sha256, candidate=spec.candidate.name, candidate_sha256=cand_sha,
-            baseline=baseline_name, baseline_sha256=baseline_sha, device=spec.device,
+            problem_sha256=item.problem_src.sha256, candidate=spec.candidate.name, candidate_sha256=cand_sha,
+            baseline=item.baseline_name, baseline_sha256=item.baseline_sha, device=spec.device,
             seeds=tuple(ctx.correctness_seeds), measurement=m, correctness="passed",
             probes=_jsonable(ctx.probe_summary), integrity="passed", breaker=ctx.details.get("breaker", "ok"),
             protocol_sha256=env.protocol.sha256, exploratory=env.exploratory, provenance=_jsonable(prov),
             notes=tuple(ctx.warnings),
         )
 
-    def _refused(self, spec: KernelItemSpec, ctx: GateContext, refused: GateOutcome, baseline_name: str,
-                 cand_src: Optional[SourceFile] = None, problem_src: Optional[SourceFile] = None,
-                 baseline_sha: str = "", sizes: Optional[dict] = None) -> FlowVerdict:
-        details = _jsonable({**ctx.details, **refused.details})
-        outcome = self._outcome(spec, refused.verdict, refused.gate, refused.reason, baseline=baseline_name,
+    def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:
+        ctx = item.ctx
+        details = _jsonable({**self._details(item), **refused.details})
+        outcome = self._outcome(item.spec, refused.verdict, refused.gate, refused.reason, baseline=item.baseline_name,
                                 measurement=ctx.measurement, warnings=tuple(ctx.warnings), details=details)
-        if refused.verdict == "quarantined" and problem_src is not None:
-            result = self._result(spec, ctx, problem_src, cand_src, baseline_name, baseline_sha, sizes or {},
-                                  ctx.sandbox.pid if ctx.sandbox else 0)
-            return FlowVerdict(outcome, quarantine=QuarantineRecord(result, refused.reason))
+        if refused.verdict == "quarantined" and ctx.measurement is not None:
+            return FlowVerdict(outcome, quarantine=QuarantineRecord(self._result(item), refused.reason))
         return FlowVerdict(outcome)
-
-
-def _first_mismatch(reply: dict, recipes: list, golden: _Golden, proto: Protocol) -> Optional[str]:
-    if not reply.get("ok"):
-        return str(reply.get("error"))
-    for recipe, res in zip(recipes, reply["results"]):
-        if "error" in res:
-            return res["error"]
-        c = compare_outputs(res["output"], golden(recipe), proto, f"seed {recipe['seed']}")
-        if not c.ok:
-            return c.reason
-    return None
 
 
 def _jsonable(x: Any) -> Any:
@@ -373,4 +370,4 @@ def _jsonable(x: Any) -> Any:
     return str(x)
 
 
-__all__ = ["KernelFlow", "FlowEnv", "FlowVerdict", "KernelItemSpec", "STAGES"]
+__all__ = ["KernelFlow", "FlowEnv", "FlowVerdict", "ItemRun", "KernelItemSpec", "STAGES"]

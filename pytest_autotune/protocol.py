@@ -52,6 +52,7 @@ class SeedsSection:
 class TimingSection:
     order: str = _f(choices=("ABBA", "ABBA/BAAB"))
     warmup_calls: int = _f(ge=0)
+    calibration_calls: int = _f(ge=1)
     min_pairs: int = _f(ge=2)
     max_pairs: int = _f(ge=2)
     check_every: int = _f(ge=1)
@@ -59,6 +60,7 @@ class TimingSection:
     max_calls_per_sample: int = _f(ge=1)
     item_budget_s: float = _f(gt=0.0)
     cpu_threads: int = _f(ge=1)
+    pin: str = _f(choices=("same-cpu", "none"))
     disable_gc: bool = _f()
 
 
@@ -100,15 +102,24 @@ class SandboxSection:
     memory_mb: int = _f(ge=64)
     start_timeout_s: float = _f(gt=0.0)
     malloc: str = _f(choices=("reuse", "default"))
+    thp: str = _f(choices=("off", "default"))
 
 
 @dataclass(frozen=True)
 class IntegritySection:
-    wall_clock_max_unexplained: float = _f(ge=0.0, le=1.0)
-    wall_clock_slack_s: float = _f(ge=0.0)
-    baseline_max_slowdown: float = _f(ge=1.0)
+    wall_clock_hidden_abs_s: float = _f(ge=0.0)
+    wall_clock_hidden_rel: float = _f(ge=0.0, le=1.0)
+    idle_cpu_per_command_s: float = _f(ge=0.0)
+    idle_cpu_rel: float = _f(ge=0.0, le=1.0)
+    prepare_cpu_max_ratio: float = _f(ge=1.0)
+    prepare_cpu_abs_s: float = _f(ge=0.0)
     verify_rounds: int = _f(ge=0)
     max_new_threads: int = _f(ge=0)
+
+
+@dataclass(frozen=True)
+class CpuSection:
+    cache_flush_factor: float = _f(ge=0.0)
 
 
 @dataclass(frozen=True)
@@ -116,11 +127,33 @@ class CudaSection:
     l2_flush_factor: int = _f(ge=2)
     graph_below_s: float = _f(ge=0.0)
     event_host_max_ratio: float = _f(ge=1.0)
+    min_sample_s: float = _f(ge=0.0)
+    max_calls_per_sample: int = _f(ge=1)
+    item_budget_s: float = _f(gt=0.0)
+    ci_target_rel_width: float = _f(gt=0.0)
 
 
 @dataclass(frozen=True)
 class DevicesSection:
+    cpu: CpuSection = _f()
     cuda: CudaSection = _f()
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """The timing schedule's numbers for one device: ``[timing]`` and ``[statistics]``, with the device's own
+    section overriding what it sets (``[devices.cuda]`` samples a millisecond of GPU time and aims at a 1% CI)."""
+
+    order: str
+    warmup_calls: int
+    calibration_calls: int
+    min_pairs: int
+    max_pairs: int
+    check_every: int
+    min_sample_s: float
+    max_calls_per_sample: int
+    item_budget_s: float
+    ci_target_rel_width: float
 
 
 @dataclass(frozen=True)
@@ -172,23 +205,17 @@ class Protocol:
         """Tolerance for a floating dtype name (``"float32"``); ``None`` for exact (integer/bool) dtypes."""
         return self.tolerance.get(dtype_name)
 
-    def as_dict(self) -> dict[str, Any]:
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name in ("sha256", "path", "text"):
-                continue
-            out[f.name] = _to_plain(getattr(self, f.name))
-        return out
-
-
-def _to_plain(v):
-    if dataclasses.is_dataclass(v):
-        return {f.name: _to_plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-    if isinstance(v, Mapping):
-        return {k: _to_plain(x) for k, x in v.items()}
-    if isinstance(v, tuple):
-        return [_to_plain(x) for x in v]
-    return v
+    def timing_plan(self, device: str) -> TimingPlan:
+        t = self.timing
+        plan = TimingPlan(order=t.order, warmup_calls=t.warmup_calls, calibration_calls=t.calibration_calls,
+                          min_pairs=t.min_pairs, max_pairs=t.max_pairs, check_every=t.check_every,
+                          min_sample_s=t.min_sample_s, max_calls_per_sample=t.max_calls_per_sample,
+                          item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width)
+        if device == "cuda":
+            c = self.devices.cuda
+            plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,
+                                       item_budget_s=c.item_budget_s, ci_target_rel_width=c.ci_target_rel_width)
+        return plan
 
 
 # ---------------------------------------------------------------------------------------------- loading

@@ -182,6 +182,8 @@ class AutotuneSession:
         if self.opts.device == "cuda":
             c = self.protocol.devices.cuda
             return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s}
+        if self.opts.device == "cpu":
+            return {"cache_flush_factor": self.protocol.devices.cpu.cache_flush_factor}
         return {}
 
     def _open_store(self) -> None:
@@ -281,9 +283,22 @@ class AutotuneSession:
                 gates=gates, measuring=self.opts.measuring, run_id=self.run_id, exploratory=self.exploratory,
                 item_provenance=lambda facts: collect(keys, "item", facts), lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
+                cpus=self._sandbox_cpus(),
             )
             self._flow = KernelFlow(env)
         return self._flow
+
+    def _sandbox_cpus(self) -> Optional[list[int]]:
+        """[timing].pin = "same-cpu": both sandboxes of an item share one CPU, so neither arm gets a quieter core.
+        The controller keeps the last allowed CPU for its sandboxes (xdist worker gwN: the N-th from the end)."""
+        if self.protocol.timing.pin != "same-cpu" or not hasattr(os, "sched_getaffinity"):
+            return None
+        allowed = sorted(os.sched_getaffinity(0))
+        worker = 0
+        if self.is_worker:
+            wid = str(self.config.workerinput.get("workerid", "gw0"))  # type: ignore[attr-defined]
+            worker = int(wid.lstrip("gw") or 0) if wid.lstrip("gw").isdigit() else 0
+        return [allowed[-1 - (worker % len(allowed))]]
 
     def _sandbox_env(self) -> dict[str, str]:
         env: dict[str, str] = {}

@@ -19,6 +19,8 @@ def fast_protocol_text(**overrides: str) -> str:
         "timing.min_pairs": "8",
         "timing.item_budget_s": "0.6",
         "timing.check_every": "4",
+        "timing.calibration_calls": "4",
+        "timing.min_sample_s": "0.001",
         "probes.max_examples": "6",
         "probes.shape_examples": "2",
     }

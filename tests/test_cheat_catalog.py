@@ -94,8 +94,8 @@ CATALOG: list[Case] = [
     # ---------------------------------------------------------------- clocks and comparisons
     Case("softmax_rows", "cheat_slow_clock", "main", R, ("integrity",), r"time\.perf_counter_ns",
          "tamper snapshot of the timer (sandbox/tamper.py, gates/integrity.py TamperGate)"),
-    Case("softmax_rows", "cheat_clock_between_checks", "main", R, ("integrity",), r"time is missing inside",
-         "per-round wall-clock tiling on the controller's clock (gates/integrity.py WallClockGate)"),
+    Case("softmax_rows", "cheat_clock_between_checks", "main", R, ("integrity",), r"time is missing from the candidate",
+         "the controller's window around every sample, candidate against baseline (gates/clocks.py WallClockGate)"),
     Case("softmax_rows", "cheat_patch_compare", "main", R, ("integrity",), r"torch\.allclose",
          "tamper snapshot; comparisons run in the controller anyway (gates/compare.py)"),
     # ---------------------------------------------------------------- slowing the baseline
@@ -105,11 +105,14 @@ CATALOG: list[Case] = [
          "tamper snapshot of function code objects (sandbox/tamper.py)"),
     Case("softmax_rows", "cheat_profile_hook", "main", R, ("integrity",), r"sys\.getprofile\(\)",
          "tamper snapshot of process settings (sandbox/tamper.py _SETTINGS)"),
-    Case("softmax_rows", "cheat_instance_patch", "main", R, ("integrity",), r"baseline ran .* slower",
-         "baseline sanity: clean-process baseline (gates/integrity.py BaselineSanityGate)"),
-    Case("softmax_rows", "cheat_burn_process", "main", R, ("integrity",), r"helper process",
+    Case("softmax_rows", "cheat_instance_patch", "main", NO_GAIN, (), "",
+         "arms in separate sandboxes: no baseline instance in the candidate's process (docs/architecture.md)"),
+    Case("softmax_rows", "cheat_baseline_below_limit", "main", NO_GAIN, (), "",
+         "arms in separate sandboxes: a 1.4x sabotage below the old 1.5x sanity limit finds nothing to slow"),
+    # which integrity rule fires first is a race (helper count, idle CPU, wall clock): each is a correct refusal
+    Case("softmax_rows", "cheat_burn_process", "main", R, ("integrity",), "",
          "the controller counts the processes in the sandbox's process group after every timed round "
-         "(measure/schedule.py, ThreadGate); the helpers die with the group (sandbox/runner.py)"),
+         "(measure/procstat.py, ThreadGate); the helpers die with the group (sandbox/runner.py)"),
     # ---------------------------------------------------------------- extra threads and cores
     Case("softmax_rows", "cheat_burn_thread", "main", R, ("integrity",), r"thread",
          "thread count after every call (sandbox/child.py, gates/correctness.py)"),
@@ -126,6 +129,20 @@ CATALOG: list[Case] = [
          "baseline outputs scrubbed (sandbox/child.py h_go) + timed-outputs check"),
     Case("softmax_rows", "cheat_call_counter", "main", R, ("integrity",), r"timed round \d+, candidate call",
          "timed-outputs check on rounds chosen after the fact (gates/integrity.py TimedOutputsGate)"),
+    # ---------------------------------------------------------------- candidate code outside its own calls
+    Case("softmax_rows", "cheat_lazy_torch_function", "main", R, ("correctness",), r"subclass of torch\.Tensor",
+         "outputs must be exactly torch.Tensor, read with torch functions disabled (sandbox/outputs.py)"),
+    Case("softmax_rows", "cheat_lazy_dispatch", "main", R, ("correctness",), r"subclass of torch\.Tensor",
+         "outputs must be exactly torch.Tensor; a wrapper subclass is refused by type (sandbox/outputs.py)"),
+    Case("softmax_rows", "cheat_mode_precompute", "main", R, ("integrity",), r"mode",
+         "torch mode stacks watched and required empty; inputs built with torch functions disabled "
+         "(sandbox/tamper.py, sandbox/child.py)"),
+    Case("softmax_rows", "cheat_finalizer_burn", "main", R, ("integrity",), r"building a round's inputs",
+         "outputs freed in the candidate's own sandbox; prepare CPU candidate vs baseline (gates/integrity.py IdleGate)"),
+    Case("softmax_rows", "cheat_signal_timer", "main", R, ("integrity",), r"signal",
+         "signal handlers and interval timers in the tamper snapshot (sandbox/tamper.py)"),
+    Case("softmax_rows", "cheat_gc_callback", "main", R, ("integrity",), r"gc\.callbacks",
+         "collector callbacks in the tamper snapshot; collection only before inputs exist (sandbox/tamper.py)"),
     # ---------------------------------------------------------------- the database
     Case("softmax_rows", "cheat_db_insert", "main", A, (), "",
          "database validator (store/schema.py): the raw INSERT is refused, verify passes"),
@@ -171,9 +188,8 @@ GPU_CHEATS = sorted((CHEATS / "gpu").rglob("cheat_*.py"))
 GPU_PROTOCOL = {"probes.max_examples": "0", "probes.shape_examples": "0"}
 
 SESSION_PROTOCOL = {
-    # the protocol's own integrity limits: baseline sanity compares with a clean sandbox timed in the same rounds
-    # on the same inputs, so machine load and cache footprint do not masquerade as sabotage
-    "main": {},
+    # the protocol's own integrity limits and sample size (the wall-clock rule allows a share of a sample)
+    "main": {"timing.min_sample_s": "0.002"},
     # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit
     "limits": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.timeout_s": "4.0",
                "sandbox.memory_mb": "1536"},
@@ -197,8 +213,8 @@ def _disable_conftest() -> str:
     names = [n.strip() for n in os.environ.get("AUTOTUNE_CATALOG_DISABLE", "").split(",") if n.strip()]
     if not names:
         return ""
-    modules = ("pytest_autotune.gates.integrity", "pytest_autotune.gates.probes",
-               "pytest_autotune.gates.correctness", "pytest_autotune.gates.breaker")
+    modules = ("pytest_autotune.gates.integrity", "pytest_autotune.gates.clocks", "pytest_autotune.gates.timed_outputs",
+               "pytest_autotune.gates.probes", "pytest_autotune.gates.correctness", "pytest_autotune.gates.breaker")
     lines = ["import importlib", f"_MODULES = [importlib.import_module(m) for m in {modules!r}]"]
     for n in names:
         lines += ["for _m in _MODULES:",
@@ -305,7 +321,6 @@ def test_limits_session_survives(sessions) -> None:
     """Crash, hang and memory blow-up end as pytest *errors* of their own items; the session goes on and the
     honest item beside them passes."""
     run = sessions("limits")
-    assert run.seconds < 120, f"the limits session took {run.seconds:.0f} s"
     assert re.search(r"\b3 errors?\b", run.stdout), run.stdout[-3000:]
     assert re.search(r"\b1 passed\b", run.stdout), run.stdout[-3000:]
 

@@ -1,4 +1,4 @@
-"""The CUDA device (pytest_autotune/measure/devices/cuda.py).
+"""The CUDA device (pytest_autotune/measure/devices/cuda/).
 
 The helpers that need no GPU run everywhere. The tests marked ``cuda`` need a CUDA GPU and a CUDA build of
 torch: they are skipped elsewhere (CI has no GPU) and run on the H200 by benchmarks/harness/gpu/run_h200.sh.
@@ -13,6 +13,7 @@ import torch
 
 from pytest_autotune.measure.devices import cuda as cuda_mod
 from pytest_autotune.measure.devices.cuda import CudaDevice
+from pytest_autotune.measure.devices.cuda import graphs as graphs_mod
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(
@@ -46,15 +47,15 @@ def test_flush_size_is_factor_times_l2(monkeypatch):
 
 def test_signature_refuses_what_cannot_be_staged():
     x = torch.zeros(4)
-    assert cuda_mod._signature([[x]]) is None  # a CPU tensor is not this device's input
-    assert cuda_mod._signature([[[1, 2]]]) is None  # unhashable plain value
+    assert graphs_mod.signature([[x]]) is None  # a CPU tensor is not this device's input
+    assert graphs_mod.signature([[[1, 2]]]) is None  # unhashable plain value
 
 
 def test_static_copies_keep_geometry_and_values():
     base = torch.arange(20, dtype=torch.float32)
     x = base[1:13].view(3, 4)  # offset view into a larger storage (misaligned layouts stay misaligned)
     xt = torch.randn(4, 3).t()  # non-contiguous
-    static = cuda_mod._static_copies([[x, xt, 7]])
+    static = graphs_mod.static_copies([[x, xt, 7]])
     sx, sxt, seven = static[0]
     assert seven == 7
     assert sx.storage_offset() == x.storage_offset() and sx.stride() == x.stride()
@@ -62,14 +63,14 @@ def test_static_copies_keep_geometry_and_values():
     assert sx.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
     assert torch.equal(sx, x) and torch.equal(sxt, xt) and sxt.stride() == xt.stride()
     y, yt = x + 100, xt * 3
-    cuda_mod._stage(static, [[y, yt, 7]])
+    graphs_mod.stage(static, [[y, yt, 7]])
     assert torch.equal(sx, y) and torch.equal(sxt, yt)
 
 
 def test_copy_tree_and_poison():
     out = (torch.ones(3), torch.arange(4), [torch.full((2,), 2.0)])
-    kept = cuda_mod._copy_tree(out)
-    cuda_mod._poison(out)
+    kept = graphs_mod.copy_tree(out)
+    graphs_mod.poison(out)
     assert torch.isnan(out[0]).all() and (out[1] == 0).all() and torch.isnan(out[2][0]).all()
     assert torch.equal(kept[0], torch.ones(3)) and torch.equal(kept[1], torch.arange(4))
     assert torch.equal(kept[2][0], torch.full((2,), 2.0))
@@ -78,11 +79,14 @@ def test_copy_tree_and_poison():
 def test_module_state_is_not_mutated_by_the_device():
     """The sandbox snapshots this module's globals and classes (tamper check): the device keeps its state on
     the instance, never in module globals."""
-    before = {k: v for k, v in vars(cuda_mod).items() if not k.startswith("__")}
+    mods = (cuda_mod, graphs_mod)
+    before = [{k: v for k, v in vars(m).items() if not k.startswith("__")} for m in mods]
     dev = CudaDevice(options={"graph_below_s": 1e-5})
     dev.timing_info()
-    after = {k: v for k, v in vars(cuda_mod).items() if not k.startswith("__")}
-    assert before.keys() == after.keys() and all(before[k] is after[k] for k in before)
+    dev.configure_timing({"graphs": False, "reason": "test"})
+    after = [{k: v for k, v in vars(m).items() if not k.startswith("__")} for m in mods]
+    for b, a in zip(before, after):
+        assert b.keys() == a.keys() and all(b[k] is a[k] for k in b)
 
 
 # ------------------------------------------------------------------------------------- on a CUDA GPU
@@ -317,3 +321,73 @@ def test_tamper_snapshot_covers_the_measuring_state(dev):
                 "cuda.flush_buffer", "cuda.options", "torch.Tensor.zero_"):
         assert key in names, key
     assert math.isclose(names["cuda.flush_buffer.numel"] * 4, dev.flush_bytes())
+
+
+# ------------------------------------------------------------------------------------- outputs by CUDA IPC
+
+_IPC_CHILD = r"""
+import json, sys, torch
+from pytest_autotune.measure.devices.cuda import CudaDevice
+d = CudaDevice(index=0)
+d.setup(1)
+d.warm_runtime()
+base = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+views = {"whole": base, "offset_view": base[1000:1000 + 4096].view(64, 64).t(), "bf16": base.to(torch.bfloat16)}
+metas = {k: d.export_tensor(v) for k, v in views.items()}
+for m in metas.values():
+    m["handle"] = m["handle"].hex()
+torch.cuda.synchronize()
+print(json.dumps(metas), flush=True)
+sys.stdin.readline()            # the controller took its first snapshot
+base.mul_(-1.0)                 # a late write
+torch.cuda.synchronize()
+print("written", flush=True)
+sys.stdin.readline()
+"""
+
+
+@needs_cuda
+def test_ipc_export_is_read_in_place_and_bounds_checked(dev):
+    """A sandbox's CUDA output reaches the controller as a 64-byte handle: the controller opens it, copies
+    device-to-device, sees later writes on a second read, and refuses metadata that points outside the allocation."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pytest_autotune.measure.devices.memfd import ExportError
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.Popen([sys.executable, "-c", _IPC_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        metas = json.loads(child.stdout.readline())
+        for m in metas.values():
+            m["handle"] = bytes.fromhex(m["handle"])
+        expect = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+        opened = {k: dev.open_export(m) for k, m in metas.items()}
+        first = {k: e.snapshot() for k, e in opened.items()}
+        assert torch.equal(first["whole"], expect)
+        assert torch.equal(first["offset_view"], expect[1000:1000 + 4096].view(64, 64).t())
+        assert torch.equal(first["bf16"], expect.to(torch.bfloat16))
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "written"
+        later = opened["whole"].snapshot()
+        assert torch.equal(later, -expect) and torch.equal(first["whole"], expect)  # the first copy is ours
+        for e in opened.values():
+            e.close()
+        lie = dict(metas["whole"], shape=[(1 << 20) + 1], stride=[1])  # one element past the allocation's end
+        with pytest.raises(ExportError, match="out of bounds"):
+            dev.open_export(lie)
+        lie = dict(metas["whole"], alloc_offset=metas["whole"]["alloc_size"])
+        with pytest.raises(ExportError, match="out of bounds"):
+            dev.open_export(lie)
+        with pytest.raises(ExportError):
+            dev.open_export(dict(metas["whole"], handle=b"\0" * 64))
+        # the controller's CUDA context is still healthy after the refusals
+        assert float(torch.ones(4, device="cuda").sum()) == 4.0
+    finally:
+        child.stdin.write("bye\n")
+        child.stdin.flush()
+        child.wait(timeout=30)

@@ -37,13 +37,13 @@ def test_one_changed_byte_unfreezes_and_names_the_fix():
 
 
 def test_unknown_version_is_not_frozen():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "999-local"')
+    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "2"', b'version = "999-local"')
     status = freeze_status(parse_protocol(raw))
     assert not status.frozen and "is not frozen" in status.message and "--autotune-exploratory" in status.message
 
 
 def test_extra_pins_from_a_hook_freeze_a_project_protocol():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "acme-1"')
+    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "2"', b'version = "acme-1"')
     proto = parse_protocol(raw)
     assert freeze_status(proto, {"acme-1": proto.sha256}).frozen
     with pytest.raises(ProtocolError, match="pinned twice"):
@@ -65,13 +65,13 @@ def test_loaded_values_are_typed_and_frozen():
 @pytest.mark.parametrize(
     "old,new,key,fix",
     [
-        (b"min_pairs = 12", b"min_pairs = 12\nmin_pair = 3", "timing.min_pair", "remove it or fix its spelling"),
+        (b"min_pairs = 16", b"min_pairs = 12\nmin_pair = 3", "timing.min_pair", "remove it or fix its spelling"),
         (b"count = 5", b"count = -2", "seeds.count", ">= 1"),
         (b"count = 5", b'count = "five"', "seeds.count", "must be an integer"),
         (b"max_speedup = 10.0", b"max_speedup = true", "breaker.max_speedup", "must be a number"),
         (b"disable_gc = true", b"disable_gc = 1", "timing.disable_gc", "true or false"),
         (b'order = "ABBA/BAAB"', b'order = "AB"', "timing.order", "use one of ABBA"),
-        (b"max_pairs = 400", b"max_pairs = 4", "max_pairs", "raise max_pairs"),
+        (b"max_pairs = 800", b"max_pairs = 4", "max_pairs", "raise max_pairs"),
         (b"[tolerance.bfloat16]", b"[tolerance.float8]", "tolerance.float8", "use one of"),
         (b"cpu_threads = 1", b"", "timing.cpu_threads", "missing key"),
     ],

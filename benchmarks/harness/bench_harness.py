@@ -4,10 +4,15 @@
     python benchmarks/harness/bench_harness.py remeasure --repeats 3     # the suite measured several times
     python benchmarks/harness/bench_harness.py overhead                  # where an item's wall time goes
     python benchmarks/harness/bench_harness.py all --repeats 3 --out docs/harness-data.json
+    python benchmarks/harness/bench_harness.py aa --repeats 2 --ref 9bb0e46 -- --problems=benchmarks/harness/short_calls
 
 Each repeat is a fresh `pytest --autotune` session (its own nonce, zygote and sandboxes) on the bundled suite,
 so the numbers include everything a user's run includes. Extra pytest arguments go after `--`, e.g.
 `-- --device=cuda` or `-- -k "softmax or relu"`. Results are printed as Markdown tables and, with --out, saved.
+``--ref REF`` runs the same sessions with the harness as it was at git ref REF as well (a temporary worktree),
+so a change to the harness is measured before and after, on the same problems, on the same machine.
+``benchmarks/harness/short_calls/`` holds KernelBench-sized elementwise problems (16 x 16384): short calls, where
+an asymmetry of a few microseconds per call shows.
 """
 
 from __future__ import annotations
@@ -26,13 +31,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+#: the harness under test: this checkout, or a worktree of an older ref (``--ref``)
+HARNESS = {"root": REPO}
+
+
 def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]:
     rep = workdir / f"{tag}.json"
     db = workdir / f"{tag}.db"
+    root = HARNESS["root"]
+    # problem folders given relative to this checkout stay the same files when an older harness runs them
+    extra = [f"--problems={(REPO / a.split('=', 1)[1]).resolve()}" if a.startswith("--problems=") else a
+             for a in extra]
     cmd = [sys.executable, "-m", "pytest", "--autotune", f"--autotune-json={rep}", f"--autotune-db={db}",
            "-q", "-p", "no:cacheprovider", *extra]
+    env = dict(os.environ, PYTHONPATH=str(root))
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if not rep.exists():
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
@@ -41,6 +55,7 @@ def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]
 
 
 def aa(repeats: int, extra: list[str], workdir: Path) -> dict:
+    workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(repeats):
         r, wall = run_session(["--autotune-aa", "-k", "reference-aa", *extra], workdir, f"aa{i}")
@@ -102,10 +117,11 @@ def overhead(extra: list[str], workdir: Path) -> dict:
     for it in r["items"]:
         d = it.get("details") or {}
         st = d.get("stage_seconds") or {}
-        wc = d.get("wall_clock") or {}
+        tm = d.get("timing") or {}
         items.append({"problem": it["problem"], "candidate": it["candidate"], "verdict": it["verdict"],
                       "item_s": d.get("item_seconds"), "stages": st,
-                      "timed_rounds_s": wc.get("controller_s"), "samples_s": wc.get("reported_s"),
+                      "timed_rounds_s": tm.get("timing_s"), "samples_s": tm.get("timed_s"),
+                      "duty_cycle": d.get("duty_cycle"), "calls_per_sample": tm.get("calls_per_sample"),
                       "n_pairs": it.get("n_pairs")})
     total_items = sum(x["item_s"] or 0 for x in items)
     total_samples = sum(x["samples_s"] or 0 for x in items)
@@ -136,13 +152,14 @@ def md_remeasure(m: dict) -> str:
 
 
 def md_overhead(o: dict) -> str:
-    lines = ["| problem | candidate | item s | correctness s | probe s | timed rounds s | samples s | pairs |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| problem | candidate | item s | correctness s | probe s | timing s | samples s | duty cycle | k | pairs |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     g = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     for it in o["items"]:
         st = it["stages"]
         lines.append(f"| {it['problem']} | {it['candidate']} | {g(it['item_s'])} | {g(st.get('correctness'))} | "
-                     f"{g(st.get('probe'))} | {g(it['timed_rounds_s'])} | {g(it['samples_s'])} | {it['n_pairs']} |")
+                     f"{g(st.get('probe'))} | {g(it['timed_rounds_s'])} | {g(it['samples_s'])} | "
+                     f"{g(it['duty_cycle'])} | {it['calls_per_sample']} | {it['n_pairs']} |")
     lines.append("")
     lines.append(f"session wall {o['session_wall_s']:.1f} s; sum of items {o['sum_item_s']:.1f} s, of which timed "
                  f"samples {o['sum_samples_s']:.1f} s ({100 * (o['timed_fraction'] or 0):.0f}%); overhead per item "
@@ -160,13 +177,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("what", choices=["aa", "remeasure", "overhead", "all"])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--ref", help="also measure the harness as it was at this git ref (before/after)")
     a = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="autotune-harness-"))
     out: dict = {"argv": sys.argv, "extra": extra, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                 "host_cpus": os.cpu_count(), "loadavg_before": os.getloadavg()}
+                 "host_cpus": os.cpu_count(), "loadavg_before": os.getloadavg(),
+                 "git": subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                       text=True).stdout.strip()}
+    if a.ref and a.what == "aa":
+        old = workdir / "before"
+        subprocess.run(["git", "worktree", "add", "--detach", str(old), a.ref], cwd=REPO, check=True,
+                       capture_output=True)
+        try:
+            HARNESS["root"] = old
+            out["aa_before"] = aa(a.repeats, extra, workdir / "b")
+            out["aa_before"]["ref"] = a.ref
+            print(f"## A/A bias, harness at {a.ref} (before)\n\n" + md_aa(out["aa_before"]))
+        finally:
+            HARNESS["root"] = REPO
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=REPO, capture_output=True)
     if a.what in ("aa", "all"):
         out["aa"] = aa(a.repeats, extra, workdir)
-        print("## A/A bias\n\n" + md_aa(out["aa"]))
+        print("## A/A bias" + (" (after)" if a.ref else "") + "\n\n" + md_aa(out["aa"]))
     if a.what in ("remeasure", "all"):
         out["remeasure"] = remeasure(a.repeats, extra, workdir)
         print("## Re-measure\n\n" + md_remeasure(out["remeasure"]))

@@ -2,8 +2,9 @@
 
 A gate looks at the evidence gathered so far for one item (:class:`GateContext`) and either passes (returns
 ``None``) or refuses (returns a :class:`GateOutcome`). Gates run in the controller; they may ask the item's
-sandbox for more candidate outputs (``ctx.candidate_outputs``) and compute golden outputs (``ctx.golden``),
-but they never hand golden outputs to the sandbox.
+candidate sandbox for more outputs (``ctx.candidate_outputs``, which returns
+:class:`~pytest_autotune.gates.received.CandidateCall` s) and compute golden outputs (``ctx.golden``), but they
+never hand golden outputs to a sandbox.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure.devices.base import Device
     from ..measure.schedule import TimingEvidence
+    from .received import CandidateCall
     from ..problems.loader import LoadedProblem
     from ..problems.model import BaselineRef, CandidateRef
     from ..protocol import Protocol
@@ -74,7 +76,7 @@ class GateContext:
     sizes: dict
     sandbox: Optional["Sandbox"] = None
     measuring: bool = False
-    golden: Callable[[dict], Any] = lambda recipe: None
+    golden: Callable[[dict], Any] = lambda recipe: None  # a pytest_autotune.golden.Golden
     baseline: Optional[BaselineChoice] = None
     timing: Optional["TimingEvidence"] = None
     measurement: Optional["Measurement"] = None
@@ -86,22 +88,37 @@ class GateContext:
     correctness_seeds: tuple = ()
 
     def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None,
-                          meanwhile: Optional[Callable[[], Any]] = None) -> list[dict]:
-        """Run the candidate in the sandbox on ``recipes``; one result dict per recipe (see sandbox.child).
-        ``meanwhile`` runs in the controller while the sandbox computes (e.g. the golden outputs)."""
+                          meanwhile: Optional[Callable[[], Any]] = None) -> list["CandidateCall"]:
+        """Run the candidate in its sandbox on ``recipes``; one :class:`CandidateCall` per recipe, its outputs
+        opened on the controller's device. ``meanwhile`` runs in the controller while the sandbox computes (the
+        golden outputs)."""
+        from ..measure.devices.memfd import ExportError
+        from .received import receive_calls
+
         assert self.sandbox is not None
-        self.sandbox.send({
-            "cmd": "outputs", "arm": "candidate", "recipes": recipes,
-            "recheck_delay": self.protocol.correctness.recheck_delay_s if delay is None else delay,
-        }, phase="correctness")
+        wait = self.protocol.correctness.recheck_delay_s if delay is None else delay
+        self.sandbox.send({"cmd": "outputs", "recipes": recipes, "recheck_delay": wait}, phase="correctness")
         if meanwhile is not None:
             meanwhile()
         reply = self.sandbox.receive(phase="correctness")
         if not reply.get("ok"):
+            if reply.get("refusal"):
+                raise CandidateRefusal(str(reply.get("error")))
             raise CandidateFailure(str(reply.get("error")))
         self.details.setdefault("tamper_seen", []).extend(reply.get("tamper", []))
-        return reply["results"]
+        results = reply.get("results")
+        if not isinstance(results, list) or len(results) != len(recipes):
+            raise CandidateRefusal("the sandbox answered for a different number of inputs")
+        try:
+            return receive_calls(self.device, recipes, results, wait)
+        except ExportError as e:
+            raise CandidateRefusal(f"an output handle is not what it claims: {e}") from None
 
 
 class CandidateFailure(Exception):
     """The candidate raised inside the sandbox while a gate asked for outputs."""
+
+
+class CandidateRefusal(Exception):
+    """The candidate's sandbox is in a state the harness refuses to work in (a torch mode left pushed, a forged
+    output handle): an integrity refusal."""

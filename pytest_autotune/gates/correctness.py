@@ -1,9 +1,10 @@
 """The correctness gate: before anything is timed, the candidate must reproduce the golden outputs.
 
 Golden outputs come from the reference, computed in the controller on inputs built from the run's paired seeds
-(``[seeds].count`` of them). The sandbox only ever sees the seeds. A candidate fails when an output differs
-beyond the dtype's tolerance, has NaN/Inf, the wrong shape, dtype or device, when it modified an input, when its
-output changed after the call returned, or when it left threads running.
+(``[seeds].count`` of them). The sandbox only ever sees the seeds. A candidate fails when an output is not a plain
+tensor (a subclass, a lazy or meta tensor: it could run code when read), differs beyond the dtype's tolerance, has
+NaN/Inf, the wrong shape, dtype or device, when it modified an input, when its output changed after the call
+returned, or when it left threads running.
 """
 
 from __future__ import annotations
@@ -30,35 +31,31 @@ class CorrectnessGate(Gate):
         recipes = [{"seed": s} for s in seeds]
         worst = 0.0
         for recipe in recipes:
-            # one input per request: at GPU sizes five outputs in one reply would be gigabytes of host memory
-            results = ctx.candidate_outputs([recipe], meanwhile=lambda r=recipe: ctx.golden(r))
-            if len(results) != 1:
-                return GateOutcome.refuse("integrity", "the sandbox answered for a different number of inputs")
-            res = results[0]
+            # one input per request: the candidate's output stays alive in its sandbox until the next request
+            call = ctx.candidate_outputs([recipe], meanwhile=lambda r=recipe: ctx.golden(r))[0]
             where = f"seed {recipe['seed']}"
-            if "error" in res:
-                return GateOutcome.refuse("correctness", f"{where}: {res['error']}")
+            if call.error:
+                return GateOutcome.refuse("correctness", f"{where}: {call.error}", output_type=call.output_type)
             golden = ctx.golden(recipe)
-            loc = res.get("location")
-            if loc != expected_location(ctx):
+            if call.location != expected_location(ctx):
                 return GateOutcome.refuse(
-                    "correctness", f"{where}: output is on {loc!r}, expected {expected_location(ctx)!r}")
-            cmp = compare_outputs(res["output"], golden, ctx.protocol, where)
+                    "correctness", f"{where}: output is on {call.location!r}, expected {expected_location(ctx)!r}")
+            cmp = compare_outputs(call.output, golden, ctx.protocol, where)
             if not cmp.ok:
                 return GateOutcome.refuse("correctness", cmp.reason, max_abs_err=cmp.max_abs_err)
             worst = max(worst, cmp.max_rel_err)
-            if res.get("mutated_inputs"):
+            if call.mutated_inputs:
                 return GateOutcome.refuse(
-                    "correctness", f"{where}: the candidate modified its input(s) {res['mutated_inputs']} "
+                    "correctness", f"{where}: the candidate modified its input(s) {call.mutated_inputs} "
                     "(inputs must be unchanged after the call)")
-            if res.get("changed_after_return"):
+            if call.changed_after_return:
                 return GateOutcome.refuse(
                     "integrity", f"{where}: the output changed after the call returned "
                     f"(re-read after {ctx.protocol.correctness.recheck_delay_s:g} s): work was still running "
                     "after return (threads or side streams)")
-            if int(res.get("new_threads", 0)) > ctx.protocol.integrity.max_new_threads:
+            if call.new_threads > ctx.protocol.integrity.max_new_threads:
                 return GateOutcome.refuse(
-                    "integrity", f"{where}: {res['new_threads']} new thread(s) still running after the call returned")
+                    "integrity", f"{where}: {call.new_threads} new thread(s) still running after the call returned")
         ctx.details["max_rel_err"] = worst
         ctx.warnings.extend(weak_problem_warnings(ctx, recipes[0]))
         return None
@@ -73,28 +70,28 @@ def weak_problem_warnings(ctx: GateContext, recipe: dict) -> list[str]:
     for i, g in enumerate(golden):
         if not isinstance(g, torch.Tensor) or g.numel() < 2 or not g.is_floating_point():
             continue
-        g64 = g.to(torch.float64)
-        scale = float(g64.abs().max())
-        spread = float(g64.max() - g64.min())
+        lo, hi, amax = (float(v) for v in torch.stack([g.min(), g.max(), g.abs().max()]).to(torch.float64).tolist())
+        scale, spread = amax, hi - lo
         if spread <= spread_tol * max(scale, 1e-300):
-            out.append(f"weak problem: reference output {i} is constant ({float(g64.reshape(-1)[0]):.6g}) on "
+            out.append(f"weak problem: reference output {i} is constant ({lo:.6g}) on "
                        "the paired seeds' inputs; a constant-returning candidate passes correctness")
     inputs = ctx_inputs(ctx, recipe)
     for i, g in enumerate(golden):
         for j, x in enumerate(inputs):
             if isinstance(x, torch.Tensor) and isinstance(g, torch.Tensor) and x.shape == g.shape \
-                    and x.dtype == g.dtype and torch.equal(x.cpu(), g.cpu()):
+                    and x.dtype == g.dtype and torch.equal(x.to(g.device), g):
                 out.append(f"weak problem: reference output {i} equals input {j} on the paired seeds' inputs "
                            "(the op is the identity there); an identity candidate passes correctness")
     return out
 
 
 def ctx_inputs(ctx: GateContext, recipe: dict) -> list[Any]:
+    """The recipe's inputs as the golden outputs were computed from them (on the device)."""
+    golden = ctx.golden
+    if hasattr(golden, "inputs"):
+        return golden.inputs(recipe)
     from ..problems.inputs import materialize
 
     r = dict(recipe)
     r["sizes"] = {**ctx.sizes, **(recipe.get("sizes") or {})}
-    if ctx.device.framework == "torch":  # the same values the golden outputs were computed from
-        xs = materialize(ctx.problem, r, generate_on=ctx.device.generation_device())
-        return [x.cpu() if isinstance(x, torch.Tensor) else x for x in xs]
     return materialize(ctx.problem, r)

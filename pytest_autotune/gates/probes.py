@@ -139,7 +139,7 @@ class ProbeGate(Gate):
                     box["skip"] = str(e)
 
             try:  # the sandbox runs the candidate while the controller computes the golden output
-                res = ctx.candidate_outputs([recipe], delay=0.0, meanwhile=compute_golden)[0]
+                call = ctx.candidate_outputs([recipe], delay=0.0, meanwhile=compute_golden)[0]
             except CandidateFailure as e:
                 if "skip" in box:
                     raise _Skip(box["skip"]) from None
@@ -152,14 +152,14 @@ class ProbeGate(Gate):
             if any(isinstance(g, torch.Tensor) and g.is_floating_point() and not bool(torch.isfinite(g).all())
                    for g in as_list(golden)):
                 raise _Skip("reference not finite")
-            if "error" in res:
-                err = ProbeMismatch(res["error"], recipe)
+            if call.error:
+                err = ProbeMismatch(call.error, recipe)
                 failures.append(err)
                 raise err
-            cmp = compare_outputs(res["output"], golden, p, "output")
+            cmp = compare_outputs(call.output, golden, p, "output")
             problems = [] if cmp.ok else [cmp.reason]
-            if res.get("mutated_inputs"):
-                problems.append(f"modified input(s) {res['mutated_inputs']}")
+            if call.mutated_inputs:
+                problems.append(f"modified input(s) {call.mutated_inputs}")
             if problems:
                 err = ProbeMismatch("; ".join(problems), recipe)
                 failures.append(err)

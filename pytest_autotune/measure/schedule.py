@@ -1,59 +1,82 @@
-"""The paired timing schedule, driven by the controller.
+"""The paired timing schedule, driven by the controller across two sandboxes (docs/architecture.md).
 
-Round ``r``: the sandbox prepares two input groups (``k`` distinct input sets each, from seeds the controller
-draws now), then runs ``A(p1) B(p1) B(p2) A(p2)`` and returns four raw samples. Every input set is seen exactly
-once by each arm, so no arm can replay an earlier answer. After the round, the controller asks for fingerprints
-of the candidate outputs at positions it chooses only then. Rounds go on until the CI is narrow enough
-(``[statistics].ci_target_rel_width``), ``max_pairs`` is reached or the item's budget is spent.
+The baseline arm ``A`` runs in a sandbox that never imported the candidate; the candidate arm ``B`` in its own.
+Round ``r``: both sandboxes build the same two input groups ``p1`` and ``p2`` (``k`` distinct input sets each, from
+seeds the controller draws now) at once; then the controller asks for four samples, one at a time, alternating
+``A(p1) B(p1) B(p2) A(p2)`` (ABBA) and ``B(p1) A(p1) A(p2) B(p2)`` (BAAB) from round to round, so each arm takes
+each position equally often. Every input set is seen exactly once by each arm, so no arm can replay an earlier
+answer. Each sample's window on the controller's clock, the sandbox's own stamps, and the CPU both sandboxes used
+during it (read from the kernel: :mod:`.procstat`) are kept for the integrity gates. The fingerprints of the
+round's outputs are asked for with the next round's inputs, at positions the controller chooses only then.
+Rounds go on until the CI is narrow enough, ``max_pairs`` is reached or the item's budget is spent.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import secrets
-import sys
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, NamedTuple, Optional
 
-from ..protocol import Protocol
+from ..protocol import Protocol, TimingPlan
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
+from .procstat import CpuWatch, group_helpers
 from .stats import PairedEstimate, paired_estimate
 
 #: rounds between two tamper snapshots during timing (one more is taken after the last round)
 TAMPER_EVERY = 8
+ARM_ROLES = {"A": "baseline", "B": "candidate"}
 
 
 class TimingRefused(Exception):
-    """The sandbox misbehaved during timing in a way that is the candidate's doing (gate ``timing``)."""
+    """The sandbox misbehaved during timing in a way that is the candidate's doing (gate ``timing``, or
+    ``integrity`` when the sandbox itself refused to go on: a torch mode left pushed, a subclass output)."""
+
+    def __init__(self, message: str, gate: str = "timing") -> None:
+        super().__init__(message)
+        self.gate = gate
+
+
+class SampleRecord(NamedTuple):
+    """One sample: ``k`` calls of one arm on one input group, as the sandbox reported it and the controller saw it."""
+
+    arm: str  # "A" (baseline) | "B" (candidate)
+    group: str  # "p1" | "p2"
+    position: int  # 0..3 within the round
+    seconds: float  # the device's own measure (host clock on the CPU, events on CUDA)
+    host_seconds: float  # host clock around the sample, device-wide synchronisation included
+    window_ns: tuple[int, int]  # the controller's perf_counter_ns when it asked and when the answer came
+    stamps_ns: tuple[int, int]  # the sandbox's perf_counter_ns around its timed region (same system clock)
+    cpu_s: Optional[float]  # CPU of the sampling sandbox (all threads) during the window, from the kernel
+    main_cpu_s: Optional[float]  # ... of its main thread
+    main_wait_s: Optional[float]  # time its main thread was runnable but waiting for a CPU (preempted)
+    new_threads: int
 
 
 @dataclass
 class RoundRecord:
     index: int
+    order: str  # "ABBA" | "BAAB"
     recipes_p1: list
     recipes_p2: list
-    samples: list  # [[device_s, host_s] x 4] in order A1 B1 B2 A2
-    wall_s: float  # controller's clock from "go" sent to samples received
-    prints: list  # candidate output fingerprints: [B1 calls..., B2 calls...]
-    new_threads: int
-    #: the controller's ``perf_counter_ns`` when "go" was sent and when its answer arrived
-    window_ns: tuple = (0, 0)
-    #: the sandbox's own ``perf_counter_ns`` around each sample, [start, end] x 4 (A1 B1 B2 A2); the same
-    #: system-wide monotonic clock as the controller's, so they must lie inside ``window_ns``
-    stamps_ns: list = field(default_factory=list)
-    #: CPU seconds the sandbox process (all its threads) and its main thread used around "go", read by the
-    #: controller from the kernel's per-process/per-thread CPU clocks (None where the OS has no such clocks)
-    cpu_process_s: Optional[float] = None
-    cpu_main_s: Optional[float] = None
-    #: the baseline timed in the clean sandbox on this round's inputs, in the same window: [[dev_s, host_s]] x 2
-    clean_samples: list = field(default_factory=list)
-    #: "ABBA" or "BAAB" (samples and stamps are per slot A1 B1 B2 A2 either way)
-    order: str = "ABBA"
-    #: other live processes in the sandbox's process group after the round, counted by the controller
+    samples: tuple[SampleRecord, ...]  # in the order they ran
+    prints: list = field(default_factory=list)  # candidate output fingerprints: [B(p1) calls..., B(p2) calls...]
+    #: CPU seconds each sandbox used building this round's inputs (the same work in both)
+    prepare_cpu_s: dict = field(default_factory=dict)
     helper_processes: int = 0
+
+    def slot(self, arm: str, group: str) -> SampleRecord:
+        return next(s for s in self.samples if s.arm == arm and s.group == group)
+
+    @property
+    def baseline(self) -> tuple[SampleRecord, SampleRecord]:
+        return self.slot("A", "p1"), self.slot("A", "p2")
+
+    @property
+    def candidate(self) -> tuple[SampleRecord, SampleRecord]:
+        return self.slot("B", "p1"), self.slot("B", "p2")
 
 
 @dataclass
@@ -63,200 +86,186 @@ class TimingEvidence:
     estimate: Optional[PairedEstimate] = None
     ci_target_met: bool = False
     stop_reason: str = ""
-    rtt_s: float = 0.0
     calibration: dict = field(default_factory=dict)
+    mode: dict = field(default_factory=dict)
     tamper: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: CPU accounts of both sandboxes ("A", "B") over the whole timing phase (busy / idle / during the other arm)
+    cpu: dict = field(default_factory=dict)
+    #: controller requests sent to each sandbox during timing
+    commands: dict = field(default_factory=dict)
+    #: seconds spent in timed samples (both arms), for the duty cycle
+    timed_s: float = 0.0
 
     def pairs(self) -> tuple[list[float], list[float]]:
-        """Per-call (baseline, candidate) times of each pair (two pairs per round)."""
+        """Per-call (baseline, candidate) times of each pair: (A(p1), B(p1)) and (A(p2), B(p2)) of every round."""
         k = self.calls_per_sample
         base, cand = [], []
         for r in self.rounds:
-            a1, b1, b2, a2 = (s[0] / k for s in r.samples)
-            base += [a1, a2]
-            cand += [b1, b2]
+            for a, b in zip(r.baseline, r.candidate):
+                base.append(a.seconds / k)
+                cand.append(b.seconds / k)
         return base, cand
 
 
-def choose_calls_per_sample(per_call_s: dict[str, float], proto: Protocol) -> int:
-    fastest = max(min(per_call_s.values()), 1e-9)
-    k = math.ceil(proto.timing.min_sample_s / fastest)
-    return int(min(max(k, 1), proto.timing.max_calls_per_sample))
+def choose_calls_per_sample(per_call_s: float, plan: TimingPlan) -> int:
+    k = math.ceil(plan.min_sample_s / max(per_call_s, 1e-9))
+    return int(min(max(k, 1), plan.max_calls_per_sample))
 
 
-def _cpu_clocks(pid: int) -> Optional[tuple[int, int]]:
-    """(process CPU ns, main-thread CPU ns) of another process, read by the controller from the kernel, so the
-    sandbox cannot forge them (Linux; ``None`` elsewhere). The process clock is the one glibc's
-    ``clock_getcpuclockid`` names (CPUCLOCK_SCHED: every thread, exited ones included); the main thread's (its
-    tid is the pid) comes from ``/proc/PID/task/PID/schedstat``, since the kernel serves per-thread CPU clocks
-    only to the thread's own process."""
-    if not sys.platform.startswith("linux") or pid <= 0:
-        return None
-    try:
-        process = time.clock_gettime_ns(((~pid) << 3) | 2)
-        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
-            main_thread = int(f.read().split()[0])
-    except (OSError, OverflowError, ValueError, IndexError):
-        return None
-    return process, main_thread
+def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str, Any]:
+    """CUDA graphs for both arms, or eager for both, from both sandboxes' calibration reports."""
+    fastest = [i.get("fastest_graph_call_s") for i in infos.values()]
+    failures = [f for i in infos.values() for f in (i.get("capture_failures") or [])]
+    if not any("fastest_graph_call_s" in i or "capture_failures" in i for i in infos.values()):
+        return {}  # this device has no modes
+    if graph_below_s <= 0:
+        return {"graphs": False, "reason": "graphs off (graph_below_s = 0)"}
+    if failures:
+        return {"graphs": False, "reason": f"eager: a calibration call could not be captured ({failures[0]})"}
+    known = [f for f in fastest if f is not None]
+    if len(known) < len(fastest) or not known:
+        return {"graphs": False, "reason": "eager: no calibration call was short enough to try a graph"}
+    if min(known) < graph_below_s:
+        return {"graphs": True,
+                "reason": f"graph: fastest calibration call {min(known) * 1e6:.2f} us < {graph_below_s * 1e6:g} us"}
+    return {"graphs": False,
+            "reason": f"eager: fastest calibration call {min(known) * 1e6:.2f} us >= {graph_below_s * 1e6:g} us"}
 
 
-def _group_helpers(pid: int) -> int:
-    """Processes other than the sandbox itself in the sandbox's process group (Linux; 0 elsewhere), counted by
-    the controller from /proc: a candidate that forks helpers to run while the baseline is timed (and stops them
-    while it runs itself) is seen here, whatever it reports."""
-    if not sys.platform.startswith("linux") or pid <= 0:
-        return 0
-    n = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for e in entries:
-        if not e.isdigit() or int(e) == pid:
-            continue
+class _Driver:
+    """Sends the schedule's requests and keeps the CPU books of both sandboxes."""
+
+    def __init__(self, boxes: dict[str, Sandbox]) -> None:
+        self.boxes = boxes
+        self.watch = CpuWatch({arm: box.pid for arm, box in boxes.items()})
+        self.commands = {arm: 0 for arm in boxes}
+
+    def both(self, msgs: dict[str, dict], phase: str) -> dict[str, dict]:
+        """The same kind of request to both sandboxes at once (they work in parallel)."""
+        arms = list(msgs)
+        self.watch.begin(*arms)
+        for arm in arms:
+            self.boxes[arm].send(msgs[arm], phase=phase)
+            self.commands[arm] += 1
+        replies, deltas = {}, {}
+        for arm in arms:
+            replies[arm] = self.boxes[arm].receive(phase=phase)
+            deltas[arm] = self.watch.end(arm)
+        for arm, reply in replies.items():
+            if not reply.get("ok"):
+                raise TimingRefused(f"{phase} failed in the {ARM_ROLES[arm]} sandbox: {reply.get('error')}",
+                                    "integrity" if reply.get("refusal") else "timing")
+            reply["_cpu_s"] = None if deltas[arm] is None else deltas[arm][0] * 1e-9
+        return replies
+
+    def sample(self, arm: str, group: str, position: int, phase: str) -> SampleRecord:
+        box = self.boxes[arm]
+        self.watch.begin(arm)
+        t0 = time.perf_counter_ns()
+        reply = box.request({"cmd": "sample", "group": group}, phase=phase)
+        t1 = time.perf_counter_ns()
+        delta = self.watch.end(arm, sampling=arm)
+        self.commands[arm] += 1
+        if not reply.get("ok"):
+            raise TimingRefused(f"a timed {ARM_ROLES[arm]} sample failed: {reply.get('error')}",
+                                "integrity" if reply.get("refusal") else "timing")
+        stamps = reply.get("stamps_ns")
+        if not (isinstance(stamps, list) and len(stamps) == 2 and all(type(v) is int for v in stamps)):
+            stamps = [0, 0]
         try:
-            with open(f"/proc/{e}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pid:  # state, ppid, pgrp
-            n += 1
-    return n
+            secs, host = float(reply["s"]), float(reply["host_s"])
+        except (KeyError, TypeError, ValueError):
+            raise TimingRefused(f"the {ARM_ROLES[arm]} sandbox returned a malformed sample") from None
+        cpu, main, wait = (None, None, None) if delta is None else (v * 1e-9 for v in delta)
+        return SampleRecord(arm, group, position, secs, host, (t0, t1), (stamps[0], stamps[1]), cpu, main, wait,
+                            int(reply.get("new_threads", 0) or 0))
 
 
-def _stamps(go: dict) -> list:
-    st = go.get("stamps_ns")
-    if isinstance(st, list) and len(st) == 8 and all(type(v) is int for v in st):
-        return st
-    return []
+def _calibrate(drv: _Driver, warm: list, plan: TimingPlan, graph_below_s: float) -> tuple[int, dict, dict]:
+    cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
+    per_call = min(float(c["per_call_s"]) for c in cal.values())
+    k = choose_calls_per_sample(per_call, plan)
+    mode = decide_timing_mode({arm: c.get("timing_info") or {} for arm, c in cal.items()}, graph_below_s)
+    conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode} for arm in drv.boxes}, "configure")
+    calibration = {arm: {"per_call_s": c["per_call_s"], "single_call_s": c.get("single_call_s")}
+                   for arm, c in cal.items()}
+    infos = {arm: c.get("timing_info") or {} for arm, c in conf.items()}
+    return k, calibration, {"decision": mode, "sandboxes": infos}
 
 
-def _clean_round(clean: Sandbox) -> list:
-    """The clean sandbox times the baseline on the inputs it prepared for this round."""
-    got = clean.request({"cmd": "go_baseline"}, phase="timing (clean baseline)")
-    samples = got.get("samples")
-    if not got.get("ok") or not isinstance(samples, list) or len(samples) != 2:
-        raise TimingRefused(f"the clean baseline round failed: {got.get('error')}")
-    return samples
-
-
-def measure_rtt(box: Sandbox, n: int = 5) -> float:
-    best = float("inf")
-    for _ in range(n):
-        t0 = time.perf_counter()
-        box.request({"cmd": "ping"}, phase="timing")
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def run_paired_timing(box: Sandbox, proto: Protocol, seeds: SeedSource, *, stats_seed: int,
-                      budget_s: Optional[float] = None, clean: Optional[Sandbox] = None) -> TimingEvidence:
-    """``clean``: a sandbox that never imported the candidate (baseline against itself). It times the baseline on
-    every round's inputs right before (even rounds) or after (odd rounds) the item's round, so the baseline-sanity
-    gate compares the two under the same machine load, with the same calls per sample and the same inputs."""
-    t = proto.timing
-    st = proto.statistics
+def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
+                      *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0) -> TimingEvidence:
+    t_start = time.perf_counter()
+    drv = _Driver({"A": baseline, "B": candidate})
 
     def recipe(purpose: str, i: int) -> dict:
         return {"seed": seeds.seed(purpose, i)}
 
-    t_start = time.perf_counter()
-    warm = [recipe("warmup", i) for i in range(max(1, t.warmup_calls))]
-    cal = box.request({"cmd": "calibrate", "warmup": warm}, phase="warm-up")
-    if not cal.get("ok"):
-        raise TimingRefused(f"warm-up failed: {cal.get('error')}")
-    per_call = cal["per_call_s"]
-    k = choose_calls_per_sample(per_call, proto)
-    if clean is not None:
-        ccal = clean.request({"cmd": "calibrate", "warmup": warm}, phase="warm-up (clean baseline)")
-        if not ccal.get("ok"):
-            raise TimingRefused(f"warm-up of the clean baseline failed: {ccal.get('error')}")
-    ev = TimingEvidence(calls_per_sample=k, calibration=per_call)
-    ev.tamper += cal.get("tamper", [])
-    ev.rtt_s = measure_rtt(box)
-    budget = t.item_budget_s if budget_s is None else budget_s
+    warm = [recipe("warmup", i) for i in range(max(1, plan.warmup_calls + plan.calibration_calls))]
+    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s)
+    ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
+    budget = plan.item_budget_s * budget_scale
     n_seed = 0
+    prints_of: Optional[RoundRecord] = None
     while True:
         r_index = len(ev.rounds)
         p1 = [recipe("timing", n_seed + j) for j in range(k)]
         p2 = [recipe("timing", n_seed + k + j) for j in range(k)]
         n_seed += 2 * k
-        # both sandboxes build the round's inputs at once (nothing is timed meanwhile: two cores, half the wait)
-        box.send({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing")
-        if clean is not None:
-            clean.send({"cmd": "prepare", "p1": p1, "p2": p2}, phase="timing (clean baseline)")
-        prep = box.receive(phase="timing")
-        if not prep.get("ok"):
-            raise TimingRefused(f"preparing round {r_index} failed: {prep.get('error')}")
-        if clean is not None:
-            cprep = clean.receive(phase="timing (clean baseline)")
-            if not cprep.get("ok"):
-                raise TimingRefused(f"preparing the clean baseline failed: {cprep.get('error')}")
-        clean_samples: list = []
-        if clean is not None and r_index % 2 == 0:
-            clean_samples = _clean_round(clean)
-        cpu0 = _cpu_clocks(box.pid)
-        t0 = time.perf_counter_ns()
-        order = "BAAB" if (t.order == "ABBA/BAAB" and r_index % 2 == 1) else "ABBA"
-        go = box.request({"cmd": "go", "order": order}, phase="timing")
-        t1 = time.perf_counter_ns()
-        cpu1 = _cpu_clocks(box.pid)
-        wall = (t1 - t0) * 1e-9
-        if not go.get("ok"):
-            raise TimingRefused(f"timed round {r_index} failed: {go.get('error')}")
-        fp = box.request({"cmd": "fingerprint", "positions_seed": secrets.randbits(63),
-                          "tamper": r_index % TAMPER_EVERY == 0}, phase="timing")
-        if not fp.get("ok"):
-            raise TimingRefused(f"reading round {r_index} outputs failed: {fp.get('error')}")
-        ev.tamper += fp.get("tamper", [])
-        samples = go["samples"]
-        if (not isinstance(samples, list) or len(samples) != 4
-                or not all(isinstance(s, list) and len(s) == 2 for s in samples)):
-            raise TimingRefused("the sandbox returned malformed samples")
-        if clean is not None and r_index % 2 == 1:
-            clean_samples = _clean_round(clean)
-        if go.get("order", "ABBA") != order:
-            raise TimingRefused(f"round {r_index} ran in order {go.get('order')!r}, {order!r} was asked")
-        rec = RoundRecord(r_index, p1, p2, samples, wall, fp["prints"], int(go.get("new_threads", 0)),
-                          window_ns=(t0, t1), stamps_ns=_stamps(go), clean_samples=clean_samples, order=order)
-        rec.helper_processes = _group_helpers(box.pid)
-        if cpu0 is not None and cpu1 is not None:
-            rec.cpu_process_s = (cpu1[0] - cpu0[0]) * 1e-9
-            rec.cpu_main_s = (cpu1[1] - cpu0[1]) * 1e-9
+        fp = {"positions_seed": secrets.randbits(63)} if prints_of is not None else None
+        prep = drv.both({arm: {"cmd": "prepare", "p1": p1, "p2": p2, "fingerprint": fp,
+                               "tamper": arm == "B" and r_index % TAMPER_EVERY == 0} for arm in drv.boxes},
+                        "timing (prepare)")
+        if prints_of is not None:
+            prints_of.prints = prep["B"].get("prints") or []
+        ev.tamper += prep["B"].get("tamper", [])
+        order = "BAAB" if (plan.order == "ABBA/BAAB" and r_index % 2 == 1) else "ABBA"
+        seq = [(order[0], "p1"), (order[1], "p1"), (order[2], "p2"), (order[3], "p2")]
+        samples = tuple(drv.sample(arm, group, pos, "timing") for pos, (arm, group) in enumerate(seq))
+        rec = RoundRecord(r_index, order, p1, p2, samples,
+                          prepare_cpu_s={arm: prep[arm]["_cpu_s"] for arm in prep},
+                          helper_processes=group_helpers(candidate.pid))
         ev.rounds.append(rec)
+        ev.timed_s += sum(s.seconds for s in samples)
+        prints_of = rec
         n_pairs = 2 * len(ev.rounds)
         elapsed = time.perf_counter() - t_start
-        if n_pairs >= t.min_pairs and (n_pairs - t.min_pairs) % t.check_every < 2:
-            base, cand = ev.pairs()
-            try:
-                ev.estimate = paired_estimate(base, cand, level=st.ci_level, resamples=st.bootstrap_resamples,
-                                              seed=stats_seed)
-            except ValueError as e:
-                raise TimingRefused(str(e)) from None
-            if ev.estimate.rel_width <= st.ci_target_rel_width:
+        if n_pairs >= plan.min_pairs and (n_pairs - plan.min_pairs) % plan.check_every < 2:
+            ev.estimate = _estimate(ev, proto, stats_seed)
+            if ev.estimate.rel_width <= plan.ci_target_rel_width:
                 ev.ci_target_met = True
-                ev.stop_reason = f"CI narrower than {st.ci_target_rel_width:.0%} after {n_pairs} pairs"
+                ev.stop_reason = f"CI narrower than {plan.ci_target_rel_width:.1%} after {n_pairs} pairs"
                 break
-        if n_pairs >= t.max_pairs:
-            ev.stop_reason = f"max_pairs ({t.max_pairs}) reached"
+        if n_pairs >= plan.max_pairs:
+            ev.stop_reason = f"max_pairs ({plan.max_pairs}) reached"
             break
-        if elapsed >= budget and n_pairs >= t.min_pairs:
+        if elapsed >= budget and n_pairs >= plan.min_pairs:
             ev.stop_reason = f"item budget of {budget:g} s spent after {n_pairs} pairs"
             break
-    final = box.request({"cmd": "tamper"}, phase="timing")
-    if not final.get("ok"):
-        raise TimingRefused(f"the tamper check after timing failed: {final.get('error')}")
-    ev.tamper += final.get("tamper", [])
-    base, cand = ev.pairs()
-    try:
-        ev.estimate = paired_estimate(base, cand, level=st.ci_level, resamples=st.bootstrap_resamples,
-                                      seed=stats_seed)
-    except ValueError as e:
-        raise TimingRefused(str(e)) from None
-    if not ev.ci_target_met and ev.estimate.rel_width <= st.ci_target_rel_width:
+    last = drv.both({arm: {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": arm == "B"}
+                     for arm in drv.boxes}, "timing (last outputs)")
+    if prints_of is not None:
+        prints_of.prints = last["B"].get("prints") or []
+    ev.tamper += last["B"].get("tamper", [])
+    drv.watch.checkpoint()
+    ev.cpu = {arm: vars(acct) for arm, acct in drv.watch.accounts.items()}
+    ev.commands = dict(drv.commands)
+    ev.estimate = _estimate(ev, proto, stats_seed)
+    if not ev.ci_target_met and ev.estimate.rel_width <= plan.ci_target_rel_width:
         ev.ci_target_met = True
     ev.elapsed_s = time.perf_counter() - t_start
     return ev
+
+
+def _estimate(ev: TimingEvidence, proto: Protocol, stats_seed: int) -> PairedEstimate:
+    base, cand = ev.pairs()
+    st = proto.statistics
+    try:
+        return paired_estimate(base, cand, level=st.ci_level, resamples=st.bootstrap_resamples, seed=stats_seed)
+    except ValueError as e:
+        raise TimingRefused(str(e)) from None
+
+
+__all__ = ["run_paired_timing", "TimingEvidence", "RoundRecord", "SampleRecord", "TimingRefused",
+           "choose_calls_per_sample", "decide_timing_mode"]

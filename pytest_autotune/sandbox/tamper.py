@@ -14,6 +14,7 @@ import builtins
 import gc
 import math
 import os
+import signal
 import sys
 import threading
 import time
@@ -80,6 +81,55 @@ _SETTINGS: dict[str, Callable[[], Any]] = {
     "os.getpriority(PRIO_PROCESS, 0)": lambda: os.getpriority(os.PRIO_PROCESS, 0),
     "os.sched_getscheduler(0)": lambda: os.sched_getscheduler(0),
 }
+
+
+def _signal_handlers() -> tuple:
+    out = []
+    for sig in sorted(signal.valid_signals()):
+        try:
+            out.append((int(sig), signal.getsignal(sig)))
+        except (OSError, ValueError):  # SIGKILL/SIGSTOP and friends have no handler
+            continue
+    return tuple(out)
+
+
+def _interval_timers() -> tuple:
+    """Armed or not, and the interval, of each interval timer (the remaining time changes by itself)."""
+    return tuple((bool(signal.getitimer(w)[0]), signal.getitimer(w)[1])
+                 for w in (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF))
+
+
+def _mode_stacks() -> tuple:
+    torch = sys.modules["torch"]
+    return (int(torch._C._len_torch_function_stack()), int(torch._C._len_torch_dispatch_stack()))
+
+
+def _cuda_allocator() -> Any:
+    torch = sys.modules["torch"]
+    if not torch.cuda.is_initialized():
+        return None
+    return torch.cuda.memory.get_allocator_backend()
+
+
+# Code that runs between the candidate's calls -- while the harness builds inputs, reads outputs or waits -- is
+# the candidate's work moved out of its timed window (docs/threat-model.md, "no candidate code outside its
+# calls"). Every way to schedule such code that Python exposes is watched here: signal handlers and interval
+# timers, garbage-collector callbacks and state, profile/trace hooks (sys and threading), torch function and
+# dispatch modes left pushed, and the CUDA allocator backend. (atexit handlers never run: sandboxes leave with
+# os._exit. Import hooks never run: the harness imports nothing after the candidate loads.)
+_SETTINGS.update({
+    "signal handlers": _signal_handlers,
+    "signal interval timers": _interval_timers,
+    "gc.callbacks": lambda: tuple(gc.callbacks),
+    "gc.isenabled()": gc.isenabled,
+    "gc.get_threshold()": gc.get_threshold,
+    "threading.getprofile()": threading.getprofile,
+    "threading.gettrace()": threading.gettrace,
+    "torch mode stacks (function, dispatch)": _mode_stacks,
+    "torch.cuda allocator backend": _cuda_allocator,
+    "torch.get_num_interop_threads()": lambda: sys.modules["torch"].get_num_interop_threads(),
+    "torch.backends.mkldnn.enabled": _torch_attr("backends.mkldnn.enabled"),
+})
 
 
 def _resolve(dotted: str) -> Any:

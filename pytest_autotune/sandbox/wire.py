@@ -2,24 +2,35 @@
 
 The sandbox runs hostile code, so nothing it sends may execute code in the parent: no pickle. A message is a
 JSON header plus raw tensor bytes. Tensors are rebuilt with ``torch.frombuffer`` from a whitelist of dtypes,
-after checking that the byte count matches the declared shape. Frame: ``!Q`` header length, header, then the
-blobs back to back.
+after checking that the byte count matches the declared shape. Frame: ``!QQ`` header and payload lengths, the
+header, then the blobs back to back.
+
+Large outputs do not travel as bytes: a device exports them as a handle (a sealed memfd on the CPU, a CUDA IPC
+handle on a GPU; docs/architecture.md "Outputs cross by handle"). A file descriptor travels as
+:class:`PassedFd` (``{"__fd__": i}`` in the header, the descriptor itself as ``SCM_RIGHTS`` ancillary data on the
+frame's first bytes). Every channel counts the bytes and descriptors it moved (:attr:`Channel.stats`), so a test
+can hold the controller-sandbox traffic of an item to a budget.
 """
 
 from __future__ import annotations
 
+import array
 import json
 import math
+import os
 import select
 import socket
 import struct
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
 
 MAX_HEADER_BYTES = 64 << 20
 MAX_MESSAGE_BYTES = 16 << 30
+#: descriptors one message may carry; more are closed unread and the message is refused
+MAX_FDS = 64
 
 _DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
@@ -50,6 +61,61 @@ class WireTimeout(WireError):
     """No complete message arrived in time."""
 
 
+class PassedFd:
+    """A file descriptor that travels inside a message. The receiver owns it: :meth:`take` hands the descriptor
+    over (the caller closes it), :meth:`close` closes it if nobody took it. Senders keep their own copy and close
+    it after sending."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd: Optional[int] = fd
+
+    def take(self) -> int:
+        if self.fd is None:
+            raise WireError("a passed file descriptor was used twice")
+        fd, self.fd = self.fd, None
+        return fd
+
+    def close(self) -> None:
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+    def __repr__(self) -> str:
+        return f"PassedFd({self.fd})"
+
+
+def close_passed_fds(obj: Any) -> None:
+    """Close every :class:`PassedFd` left in a decoded message (error paths, unread outputs)."""
+    if isinstance(obj, PassedFd):
+        obj.close()
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            close_passed_fds(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            close_passed_fds(v)
+
+
+@dataclass
+class WireStats:
+    """What one channel moved, both directions (headers, tensor bytes and descriptors)."""
+
+    messages_sent: int = 0
+    messages_received: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    fds_sent: int = 0
+    fds_received: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     try:
         return _DTYPE_NAMES[dtype]
@@ -57,10 +123,23 @@ def dtype_name(dtype: torch.dtype) -> str:
         raise WireError(f"dtype {dtype} cannot cross the sandbox boundary") from None
 
 
-def encode(obj: Any) -> bytes:
+def dtype_from_name(name: Any) -> torch.dtype:
+    dt = _DTYPES.get(name) if isinstance(name, str) else None
+    if dt is None:
+        raise WireError(f"unknown dtype {name!r}")
+    return dt
+
+
+def encode(obj: Any, fds: Optional[list[int]] = None) -> bytes:
+    """Frame ``obj``. :class:`PassedFd` values are replaced by their index in ``fds`` (which must then be given)."""
     blobs: list[bytes] = []
 
     def walk(o: Any) -> Any:
+        if isinstance(o, PassedFd):
+            if fds is None or o.fd is None:
+                raise WireError("a file descriptor can only travel through Channel.send")
+            fds.append(o.fd)
+            return {"__fd__": len(fds) - 1}
         if isinstance(o, torch.Tensor):
             t = o.detach()
             if t.device.type != "cpu":
@@ -91,16 +170,27 @@ def encode(obj: Any) -> bytes:
     return struct.pack("!QQ", len(header), sum(len(b) for b in blobs)) + header + b"".join(blobs)
 
 
-def decode(header_bytes: bytes, payload: bytes) -> Any:
+def decode(header_bytes: bytes, payload: bytes, fds: Optional[list[int]] = None) -> Any:
+    """Rebuild a message. ``fds`` are the descriptors that came with it; each may be claimed once, and the ones
+    the header does not name are closed."""
+    fds = list(fds or [])
+    claimed: set[int] = set()
     try:
         header = json.loads(header_bytes)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        _close_all(fds)
         raise WireError(f"malformed message header: {e}") from None
     offset = 0
 
     def walk(o: Any) -> Any:
         nonlocal offset
         if isinstance(o, dict):
+            if "__fd__" in o:
+                i = o["__fd__"]
+                if type(i) is not int or not 0 <= i < len(fds) or i in claimed:
+                    raise WireError("a message names a file descriptor it did not carry")
+                claimed.add(i)
+                return PassedFd(fds[i])
             if "__tensor__" in o:
                 return _rebuild_tensor(o)
             if "__float__" in o:
@@ -132,42 +222,82 @@ def decode(header_bytes: bytes, payload: bytes) -> Any:
             return torch.empty(shape, dtype=dt)
         return torch.frombuffer(chunk, dtype=dt).reshape(shape)
 
-    return walk(header)
+    try:
+        out = walk(header)
+    except WireError:
+        _close_all(fds)
+        raise
+    _close_all([fd for i, fd in enumerate(fds) if i not in claimed])
+    return out
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class Channel:
-    """A framed, bidirectional message channel over a connected stream socket."""
+    """A framed, bidirectional message channel over a connected ``AF_UNIX`` stream socket."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.sock.setblocking(True)
+        self.stats = WireStats()
+        self._fds_in: list[int] = []
 
     @classmethod
     def from_fd(cls, fd: int) -> "Channel":
         return cls(socket.socket(fileno=fd))
 
     def send(self, obj: Any) -> None:
-        data = encode(obj)
+        fds: list[int] = []
+        data = encode(obj, fds)
         try:
-            self.sock.sendall(data)
+            if fds:
+                # the descriptors ride on the frame's first bytes; the rest follows as a plain stream
+                sent = self.sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                if sent < len(data):
+                    self.sock.sendall(memoryview(data)[sent:])
+            else:
+                self.sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError) as e:
             raise PeerGone("the other side of the sandbox channel is gone") from e
+        self.stats.messages_sent += 1
+        self.stats.bytes_sent += len(data)
+        self.stats.fds_sent += len(fds)
 
     def recv(self, timeout: Optional[float] = None, watchdog: Optional[Callable[[], None]] = None) -> Any:
         """Receive one message. ``watchdog`` runs about every 50 ms while waiting (it may raise)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        head = self._recv_exact(16, deadline, watchdog)
-        hlen, plen = struct.unpack("!QQ", head)
-        if hlen > MAX_HEADER_BYTES or plen > MAX_MESSAGE_BYTES:
-            raise WireError(f"message too large ({hlen} + {plen} bytes)")
-        header = self._recv_exact(hlen, deadline, watchdog)
-        payload = self._recv_exact(plen, deadline, watchdog)
-        return decode(header, payload)
+        self._fds_in = []
+        try:
+            head = self._recv_exact(16, deadline, watchdog)
+            hlen, plen = struct.unpack("!QQ", head)
+            if hlen > MAX_HEADER_BYTES or plen > MAX_MESSAGE_BYTES:
+                raise WireError(f"message too large ({hlen} + {plen} bytes)")
+            header = self._recv_exact(hlen, deadline, watchdog)
+            payload = self._recv_exact(plen, deadline, watchdog)
+        except BaseException:
+            _close_all(self._fds_in)
+            self._fds_in = []
+            raise
+        fds, self._fds_in = self._fds_in, []
+        self.stats.messages_received += 1
+        self.stats.bytes_received += 16 + hlen + plen
+        self.stats.fds_received += len(fds)
+        if len(fds) > MAX_FDS:
+            _close_all(fds)
+            raise WireError(f"a message carried {len(fds)} file descriptors (at most {MAX_FDS})")
+        return decode(header, payload, fds)
 
     def _recv_exact(self, n: int, deadline: Optional[float], watchdog) -> bytes:
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
+        anc_space = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
         while got < n:
             wait = 0.05
             if deadline is not None:
@@ -181,9 +311,14 @@ class Channel:
                     watchdog()
                 continue
             try:
-                k = self.sock.recv_into(view[got:], n - got)
+                k, ancdata, _flags, _addr = self.sock.recvmsg_into([view[got:]], anc_space)
             except (ConnectionResetError, OSError) as e:
                 raise PeerGone("the sandbox connection broke") from e
+            for level, kind, data in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
+                    self._fds_in.extend(fds)
             if k == 0:
                 raise PeerGone("the sandbox closed the connection")
             got += k

@@ -1,8 +1,13 @@
-"""The device interface: where calls run and how one timing sample is taken.
+"""The device interface: where calls run, how one timing sample is taken, how outputs cross the boundary.
 
-A device object lives in two places: the controller (golden outputs, fingerprint) and the sandbox (candidate
-calls, timing). Devices are plugins: ``pytest_autotune_devices`` returns :class:`DeviceSpec` s whose ``target``
-("module:Class") the sandbox imports by name.
+A device object lives in two places: the controller (golden outputs, comparisons, fingerprints of device info) and
+the sandbox (candidate calls, timing). Devices are plugins: ``pytest_autotune_devices`` returns :class:`DeviceSpec`
+s whose ``target`` ("module:Class") the sandbox imports by name.
+
+Outputs never travel as bytes on the sandbox socket (docs/architecture.md, "Outputs cross by handle"): the
+sandbox calls :meth:`Device.export_tensor` on each plain output tensor and sends the small metadata it returns;
+the controller calls :meth:`Device.open_export` and judges the tensor it gets, on the device. The default (any
+torch device whose tensors can be copied to the host) is a sealed memfd (:mod:`.memfd`); CUDA uses IPC handles.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ class Sample:
 class Device(abc.ABC):
     name: ClassVar[str]
     framework: ClassVar[str] = "torch"  # "torch" | "mlx": which model class family runs here
+    #: whether :meth:`open_export` maps the candidate's live memory (then the controller re-reads it after a delay
+    #: to find late writers) or receives a sealed snapshot (then the sandbox exports a second one after the delay)
+    live_exports: ClassVar[bool] = False
 
     def __init__(self, index: int = 0, options: Optional[dict] = None) -> None:
         self.index = index
@@ -77,7 +85,31 @@ class Device(abc.ABC):
         """A CPU torch tensor (or tuple of them) holding a copy of ``out``; synchronises first."""
 
     def output_location(self, out: Any) -> str:
-        return "cpu"
+        ts = _tensors(out)
+        return ts[0].device.type if ts else "none"
+
+    # -- outputs across the sandbox boundary ----------------------------------------------------------------
+    def export_tensor(self, t: "torch.Tensor") -> dict[str, Any]:
+        """Sandbox side: metadata (and a handle) through which the controller can read plain tensor ``t``."""
+        from .memfd import export_host_tensor
+
+        return export_host_tensor(t if t.device.type == "cpu" else t.detach().to("cpu", copy=True))
+
+    def open_export(self, meta: dict[str, Any]) -> Any:
+        """Controller side: an object with ``snapshot() -> torch.Tensor``, ``close()`` and ``live`` (whether a
+        later snapshot can show later writes) for metadata made by :meth:`export_tensor`."""
+        from .memfd import HostExport
+
+        return HostExport(meta)
+
+    # -- timing configuration agreed by the controller for both arms ---------------------------------------
+    def configure_timing(self, options: dict[str, Any]) -> None:
+        """The controller's timing decisions for this sandbox (same for both arms)."""
+        return None
+
+    def timing_info(self) -> dict[str, Any]:
+        """What this sandbox's timing looked like (mode, calibration facts, counters)."""
+        return {}
 
     @abc.abstractmethod
     def timed(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> Sample:

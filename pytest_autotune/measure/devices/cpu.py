@@ -1,4 +1,10 @@
-"""CPU device: host clock around the calls; thread count fixed by the protocol."""
+"""CPU device: host clock around the calls; thread count fixed by the protocol; a cache flush before every sample.
+
+The flush (``flush_bytes``, from ``[devices.cpu].cache_flush_factor`` x the per-core L2 size) writes a private
+buffer before the sample's clock starts, so every sample of either arm begins with the same cache history: the
+arms run in separate processes pinned to one CPU (docs/architecture.md), and without it the second sample of a
+pair would find the first one's data, or its own previous sample's, in L1/L2.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .base import Device, Sample, _tensors
+from .base import Device, Sample
 
 
 def _cpu_model() -> str:
@@ -23,8 +29,33 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def per_core_l2_bytes() -> int:
+    """The L2 size of CPU 0 as sysfs reports it (1 MiB where it cannot be read)."""
+    for index in range(4):
+        base = f"/sys/devices/system/cpu/cpu0/cache/index{index}"
+        try:
+            with open(f"{base}/level") as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(f"{base}/size") as f:
+                text = f.read().strip().upper()
+        except OSError:
+            continue
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            return int(text.rstrip("KMG")) * mult
+        except ValueError:
+            break
+    return 1 << 20
+
+
 class CpuDevice(Device):
     name = "cpu"
+
+    def __init__(self, index: int = 0, options: Any = None) -> None:
+        super().__init__(index, options)
+        self._flush: Any = None
+        self._flush_value = 0
 
     def fingerprint(self) -> dict[str, Any]:
         fp = super().fingerprint()
@@ -33,6 +64,8 @@ class CpuDevice(Device):
             logical_cpus=os.cpu_count(),
             torch_threads=torch.get_num_threads(),
             torch_parallel=torch.__config__.parallel_info().splitlines()[0] if hasattr(torch, "__config__") else "",
+            l2_bytes=per_core_l2_bytes(),
+            cache_flush_bytes=self.flush_bytes(),
         )
         return fp
 
@@ -49,13 +82,23 @@ class CpuDevice(Device):
             return tuple(self.to_host(o) for o in out)
         return out
 
-    def output_location(self, out: Any) -> str:
-        ts = _tensors(out)
-        return ts[0].device.type if ts else "none"
+    def flush_bytes(self) -> int:
+        factor = float(self.options.get("cache_flush_factor", 0) or 0)
+        return int(factor * per_core_l2_bytes()) // 4096 * 4096
+
+    def flush_cache(self) -> None:
+        n = self.flush_bytes()
+        if n <= 0:
+            return
+        if self._flush is None or self._flush.numel() * 4 != n:
+            self._flush = torch.empty(n // 4, dtype=torch.int32)
+        self._flush_value += 1
+        self._flush.fill_(self._flush_value)
 
     def timed(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> Sample:
         outs: list = [None] * len(batches)
         clock = time.perf_counter_ns
+        self.flush_cache()
         t0 = clock()
         for i, b in enumerate(batches):
             outs[i] = fn(*b)
@@ -63,5 +106,12 @@ class CpuDevice(Device):
         s = (t1 - t0) * 1e-9
         return Sample(seconds=s, host_seconds=s, outputs=outs)
 
+    def timing_info(self) -> dict[str, Any]:
+        return {"mode": "host clock", "cache_flush_bytes": self.flush_bytes()}
+
     def timer_functions(self) -> dict[str, Any]:
-        return {"time.perf_counter_ns": time.perf_counter_ns}
+        fns: dict[str, Any] = {"time.perf_counter_ns": time.perf_counter_ns,
+                               "cpu.options": tuple(sorted((str(k), repr(v)) for k, v in self.options.items()))}
+        if self._flush is not None:
+            fns["cpu.flush_buffer"] = self._flush
+        return fns

@@ -1,8 +1,8 @@
 """CHEAT: slow the baseline by patching the baseline model *instance* (found on the heap with gc): an instance
 attribute ``forward`` shadows the class method, and no module, class or function is touched -- it escapes every
 identity snapshot.
-Caught by: the baseline sanity check -- the baseline beside the candidate is compared with the same baseline
-timed in a clean process that never imported a candidate (integrity)."""
+Defeated by construction: the baseline runs in its own sandbox, which never imports a candidate, so there is no
+baseline instance in this process to find; it gains nothing (docs/threat-model.md)."""
 import gc
 import sys
 import time

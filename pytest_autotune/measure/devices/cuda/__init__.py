@@ -19,18 +19,22 @@ One sample (``timed``), in order, all of it inside ``host_seconds``:
 graph's launch latency is not timed (it is the same for both arms and would only pull every ratio towards 1);
 where this torch/driver cannot time events recorded in a graph, the events around the replay are used.
 
-Graph mode is chosen once per sandbox, for both arms alike, from what the schedule's calibration (single-call
-samples, before the first sample of ``k > 1`` calls) showed: each calibration call is also captured once into a
-throw-away graph and replayed once, which tests whether the arm can be captured at all and gives its GPU time
-without launch overhead. If the fastest such call is under ``graph_below_s`` and every arm could be captured,
-every later sample of every arm is a graph replay; if a capture fails (a call that synchronises, copies from
-pageable host memory, ...), every later sample of every arm is eager. Why is kept in :meth:`timing_info`.
+Graph mode is chosen for both arms alike (each arm runs in its own sandbox: docs/architecture.md, "Arms in
+separate processes"). During calibration each single-call sample is also captured once into a throw-away graph
+and replayed once, which tests whether the arm can be captured and gives its GPU time without launch overhead;
+:meth:`timing_info` reports it, the controller decides from both sandboxes' reports and tells both
+(:meth:`configure_timing`): graphs if the faster arm's replay is under ``graph_below_s`` and both arms could be
+captured, eager otherwise. If a later capture fails, that sandbox falls back to eager and says so, and the
+controller refuses to pair samples taken in different modes. A device used on its own (tests, outside timers)
+decides alone at its first sample of ``k > 1`` calls.
+
+Outputs cross to the controller as CUDA IPC handles (:mod:`.ipc`): no full-size tensor is copied to the host.
+Where the driver cannot export an allocation, the output falls back to a host copy (counted in
+:meth:`timing_info` as ``host_exports``).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import os
 import subprocess
@@ -39,130 +43,30 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .base import Device, Sample, _tensors
-
-#: CUlimit CU_LIMIT_PERSISTING_L2_CACHE_SIZE (cuda.h); the runtime's cudaLimitPersistingL2CacheSize has the
-#: same value
-_CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
-#: CUstreamAttrID CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW (= CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)
-_CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1
-#: CUdevice_attribute values
-_CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
-_CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE = 108
-#: size of the CUstreamAttrValue / CUlaunchAttributeValue union (cuda.h pads it to 64 bytes)
-_ATTR_VALUE_BYTES = 64
+from ..base import Device, Sample, _tensors
+from ..memfd import HostExport, export_host_tensor
+from .driver import CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, Driver, DriverError
+from .graphs import (CaptureFailed, Graph, copy_tree, external_events, inner_seconds, poison, preroll, signature, stage,
+                     static_copies)
+from .ipc import CudaIpcExport, export_cuda_tensor
 
 #: calibration samples that are also test-captured (the schedule calibrates each arm on up to 3 inputs)
 _MAX_CALIBRATION_CAPTURES = 8
-#: graphs kept per sandbox (one per arm and input signature is all a timing run needs)
+#: graphs kept per sandbox (one per input group is all a timing run needs)
 _MAX_GRAPHS = 4
-
-
-class _Driver:
-    """The few CUDA driver-API entry points the device needs, through ctypes on ``libcuda`` (the library every
-    CUDA program of this process already uses, so the context is torch's primary context)."""
-
-    def __init__(self) -> None:
-        self.lib: Any = None
-        self.error: Optional[str] = None
-        names = ["libcuda.so.1", "libcuda.so", ctypes.util.find_library("cuda") or ""]
-        for name in [n for n in names if n]:
-            try:
-                self.lib = ctypes.CDLL(name)
-                break
-            except OSError as e:
-                self.error = f"{name}: {e}"
-        if self.lib is None:
-            self.error = self.error or "libcuda not found"
-            return
-        try:
-            for fn, args in (
-                ("cuCtxResetPersistingL2Cache", []),
-                ("cuCtxSetLimit", [ctypes.c_int, ctypes.c_size_t]),
-                ("cuCtxGetLimit", [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]),
-                ("cuStreamSetAttribute", [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
-                ("cuDeviceGet", [ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
-                ("cuDeviceGetAttribute", [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]),
-                ("cuDriverGetVersion", [ctypes.POINTER(ctypes.c_int)]),
-            ):
-                f = getattr(self.lib, fn)
-                f.argtypes = args
-                f.restype = ctypes.c_int
-        except AttributeError as e:
-            self.error = f"libcuda lacks {e}"
-            self.lib = None
-
-    @property
-    def ok(self) -> bool:
-        return self.lib is not None
-
-    def persisting_limit(self) -> Optional[int]:
-        if not self.ok:
-            return None
-        v = ctypes.c_size_t(0)
-        rc = self.lib.cuCtxGetLimit(ctypes.byref(v), _CU_LIMIT_PERSISTING_L2_CACHE_SIZE)
-        return int(v.value) if rc == 0 else None
-
-    def set_persisting_limit(self, nbytes: int) -> int:
-        return int(self.lib.cuCtxSetLimit(_CU_LIMIT_PERSISTING_L2_CACHE_SIZE, ctypes.c_size_t(nbytes))) if self.ok else -1
-
-    def reset_persisting_lines(self) -> int:
-        return int(self.lib.cuCtxResetPersistingL2Cache()) if self.ok else -1
-
-    def clear_access_policy_window(self, stream_handle: int) -> int:
-        if not self.ok:
-            return -1
-        value = (ctypes.c_char * _ATTR_VALUE_BYTES)()  # num_bytes = 0: no window; hit/miss properties normal
-        return int(self.lib.cuStreamSetAttribute(ctypes.c_void_p(stream_handle),
-                                                  _CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, value))
-
-    def device_attribute(self, ordinal: int, attr: int) -> Optional[int]:
-        if not self.ok:
-            return None
-        dev = ctypes.c_int(0)
-        if self.lib.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
-            return None
-        v = ctypes.c_int(0)
-        return int(v.value) if self.lib.cuDeviceGetAttribute(ctypes.byref(v), attr, dev.value) == 0 else None
-
-    def driver_version(self) -> Optional[str]:
-        if not self.ok:
-            return None
-        v = ctypes.c_int(0)
-        if self.lib.cuDriverGetVersion(ctypes.byref(v)) != 0:
-            return None
-        return f"{v.value // 1000}.{(v.value % 1000) // 10}"
-
-
-class _Graph:
-    """One captured sample: ``k`` calls of one arm on static input buffers."""
-
-    __slots__ = ("fn", "key", "graph", "static", "outputs", "inner", "inner_ok", "replays")
-
-    def __init__(self, fn: Callable, key: tuple, graph: Any, static: list, outputs: list, inner: Any) -> None:
-        self.fn = fn
-        self.key = key
-        self.graph = graph
-        self.static = static  # [[tensor-or-value per argument] per call]
-        self.outputs = outputs  # what each captured call returned (graph-owned memory)
-        self.inner = inner  # (start, end) events recorded inside the graph, or None
-        self.inner_ok: Optional[bool] = None
-        self.replays = 0
-
-
-class CaptureFailed(Exception):
-    pass
 
 
 class CudaDevice(Device):
     name = "cuda"
+    #: outputs are read through IPC mappings of the candidate's live memory (a later read shows later writes)
+    live_exports = True
 
     def __init__(self, index: int = 0, options: Optional[dict] = None) -> None:
         super().__init__(index, options)
         self._flush: Optional[torch.Tensor] = None
-        self._driver: Optional[_Driver] = None
+        self._driver: Optional[Driver] = None
         self._side: Any = None  # the stream graphs are captured on
-        self._graphs: list[_Graph] = []
+        self._graphs: list[Graph] = []
         self._fp: Optional[dict] = None
         #: None until the first sample of more than one call; then True (graphs) or False (eager)
         self._use_graphs: Optional[bool] = None
@@ -171,8 +75,9 @@ class CudaDevice(Device):
         self._fastest_eager_call_s = math.inf
         self._capture_failures: list[str] = []
         self._mode_reason = "undecided"
-        self._counts = {"eager_samples": 0, "graph_samples": 0, "captures": 0, "inner_event_samples": 0,
-                        "persisting_limit_resets": 0, "persisting_l2_errors": 0, "access_window_errors": 0}
+        self._counts: dict[str, Any] = {
+            "eager_samples": 0, "graph_samples": 0, "captures": 0, "inner_event_samples": 0,
+            "persisting_limit_resets": 0, "persisting_l2_errors": 0, "access_window_errors": 0, "host_exports": 0}
 
     # ------------------------------------------------------------------------------------------ setup
     @classmethod
@@ -215,9 +120,9 @@ class CudaDevice(Device):
             drv.reset_persisting_lines()
         torch.cuda.synchronize(self.index)
 
-    def _drv(self) -> _Driver:
+    def _drv(self) -> Driver:
         if self._driver is None:
-            self._driver = _Driver()
+            self._driver = Driver()
         return self._driver
 
     def _capture_stream(self) -> Any:
@@ -229,7 +134,7 @@ class CudaDevice(Device):
         p = torch.cuda.get_device_properties(self.index)
         l2 = int(getattr(p, "L2_cache_size", 0) or 0)
         if l2 <= 0:
-            l2 = int(self._drv().device_attribute(self.index, _CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) or 0)
+            l2 = int(self._drv().device_attribute(self.index, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE) or 0)
         return l2 if l2 > 0 else 64 << 20
 
     def flush_bytes(self) -> int:
@@ -257,7 +162,7 @@ class CudaDevice(Device):
             sms=p.multi_processor_count,
             total_memory=p.total_memory,
             l2_bytes=self.l2_bytes(),
-            persisting_l2_max_bytes=drv.device_attribute(self.index, _CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE),
+            persisting_l2_max_bytes=drv.device_attribute(self.index, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE),
             uuid=f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else (str(uuid) if uuid else None),
             pci_bus_id=_pci_bus_id(p),
             torch=torch.__version__,
@@ -298,9 +203,21 @@ class CudaDevice(Device):
             return tuple(self.to_host(o) for o in out)
         return out
 
-    def output_location(self, out: Any) -> str:
-        ts = _tensors(out)
-        return ts[0].device.type if ts else "none"
+    # ------------------------------------------------------------------------------------------ outputs by handle
+    def export_tensor(self, t: torch.Tensor) -> dict[str, Any]:
+        if t.device.type == "cuda":
+            try:
+                return export_cuda_tensor(self._drv(), t)
+            except DriverError as e:
+                self._counts["host_exports"] += 1
+                self._counts.setdefault("ipc_errors", []).append(str(e)[:200])  # type: ignore[attr-defined]
+            return export_host_tensor(t.detach().to("cpu", copy=True))
+        return export_host_tensor(t)
+
+    def open_export(self, meta: dict[str, Any]) -> Any:
+        if meta.get("via") in ("cuda-ipc", "empty"):
+            return CudaIpcExport(self._drv(), meta, self.torch_device)
+        return HostExport(meta)
 
     # ------------------------------------------------------------------------------------------ L2
     def reset_persisting_l2(self) -> None:
@@ -357,7 +274,7 @@ class CudaDevice(Device):
         return Sample(seconds=start.elapsed_time(end) * 1e-3, host_seconds=(h1 - h0) * 1e-9, outputs=outs)
 
     def _timed_graph(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> Sample:
-        key = _signature(batches)
+        key = signature(batches)
         if key is None:
             raise CaptureFailed("an input is not a CUDA tensor of this device or a plain value")
         entry = next((g for g in self._graphs if g.fn is fn and g.key == key), None)
@@ -370,21 +287,21 @@ class CudaDevice(Device):
         outer1 = torch.cuda.Event(enable_timing=True)
         clock = time.perf_counter_ns
         h0 = clock()
-        _stage(entry.static, batches)
+        stage(entry.static, batches)
         self.flush_l2()
         torch.cuda.synchronize(self.index)
-        _preroll()
+        preroll()
         outer0.record()
         entry.graph.replay()
         outer1.record()
-        outs = [_copy_tree(o) for o in entry.outputs]
-        _poison(entry.outputs)
+        outs = [copy_tree(o) for o in entry.outputs]
+        poison(entry.outputs)
         torch.cuda.synchronize(self.index)
         h1 = clock()
         outer = outer0.elapsed_time(outer1) * 1e-3
         seconds = outer
         if entry.inner is not None and entry.inner_ok is not False:
-            inner = _inner_seconds(entry.inner, outer0, outer1)
+            inner = inner_seconds(entry.inner, outer0, outer1)
             entry.inner_ok = inner is not None
             if inner is not None:
                 seconds = inner
@@ -395,10 +312,10 @@ class CudaDevice(Device):
 
     # ------------------------------------------------------------------------------------------ graphs
     def _capture(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]], key: tuple,
-                 inner_events: bool = True) -> _Graph:
+                 inner_events: bool = True) -> Graph:
         """Capture ``fn`` on each batch into one graph, on static copies of the batches' inputs. Raises
         :class:`CaptureFailed` (and leaves the process usable) if the calls cannot be captured."""
-        static = _static_copies(batches)
+        static = static_copies(batches)
         side = self._capture_stream()
         prev = torch.cuda.current_stream(self.index)
         torch.cuda.synchronize(self.index)
@@ -412,7 +329,7 @@ class CudaDevice(Device):
             torch.cuda.synchronize(self.index)
         except Exception as e:  # noqa: BLE001
             raise CaptureFailed(f"the warm-up call on the capture stream raised {type(e).__name__}: {e}") from None
-        inner = _external_events(side) if inner_events else None
+        inner = external_events(side) if inner_events else None
         graph = torch.cuda.CUDAGraph()
         outputs: list = []
         error: Optional[BaseException] = None
@@ -445,7 +362,7 @@ class CudaDevice(Device):
             del outputs, graph
             raise CaptureFailed(f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}")
         self._counts["captures"] += 1
-        return _Graph(fn, key, graph, static, outputs, inner)
+        return Graph(fn, key, graph, static, outputs, inner)
 
     def _calibration_probe(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]], sample: Sample) -> None:
         """During calibration (single-call samples before any sample of ``k > 1`` calls): can this call be
@@ -457,7 +374,7 @@ class CudaDevice(Device):
                 or sample.seconds > 100 * self.graph_below_s):
             return
         self._calibration_captures += 1
-        key = _signature(batches)
+        key = signature(batches)
         if key is None:
             self._capture_failures.append("an input is not a CUDA tensor of this device or a plain value")
             return
@@ -469,19 +386,19 @@ class CudaDevice(Device):
         try:
             s0 = torch.cuda.Event(enable_timing=True)
             s1 = torch.cuda.Event(enable_timing=True)
-            _stage(g.static, batches)
+            stage(g.static, batches)
             self.flush_l2()
             torch.cuda.synchronize(self.index)
-            _preroll()
+            preroll()
             s0.record()
             g.graph.replay()
             s1.record()
             torch.cuda.synchronize(self.index)
             t = s0.elapsed_time(s1) * 1e-3
-            inner = _inner_seconds(g.inner, s0, s1) if g.inner is not None else None
+            inner = inner_seconds(g.inner, s0, s1) if g.inner is not None else None
             self._fastest_graph_call_s = min(self._fastest_graph_call_s, t if inner is None else inner)
         finally:
-            _poison(g.outputs)
+            poison(g.outputs)
             del g
 
     def _decide(self) -> None:
@@ -501,6 +418,14 @@ class CudaDevice(Device):
         else:
             self._use_graphs = False
             self._mode_reason = f"eager: fastest calibration call {fastest * 1e6:.2f} us >= {below * 1e6:g} us"
+
+    def configure_timing(self, options: dict[str, Any]) -> None:
+        """The controller's decision for both arms: ``{"graphs": bool, "reason": str}``."""
+        if "graphs" in options:
+            self._use_graphs = bool(options["graphs"])
+            self._mode_reason = str(options.get("reason") or ("graph" if self._use_graphs else "eager"))
+            if not self._use_graphs:
+                self._graphs.clear()
 
     def _fall_back(self, why: str) -> None:
         self._capture_failures.append(why)
@@ -552,140 +477,6 @@ class CudaDevice(Device):
 # ---------------------------------------------------------------------------------------------- helpers
 
 
-def _signature(batches: Sequence[Sequence[Any]]) -> Optional[tuple]:
-    """What a graph depends on: per call, per argument, the tensor's geometry (or the plain value). ``None``
-    if an argument cannot be staged into a static buffer (CPU tensor, unhashable object) or two arguments
-    share memory (staging would break the aliasing)."""
-    sig = []
-    seen: set[int] = set()
-    for b in batches:
-        row = []
-        for x in b:
-            if isinstance(x, torch.Tensor):
-                if x.device.type != "cuda" or x.is_sparse:
-                    return None
-                ptr = x.untyped_storage().data_ptr()
-                if ptr in seen:
-                    return None
-                seen.add(ptr)
-                row.append(("t", tuple(x.shape), tuple(x.stride()), x.storage_offset(), str(x.dtype), x.device.index,
-                            x.untyped_storage().nbytes(), x.requires_grad))
-            else:
-                try:
-                    hash(x)
-                except TypeError:
-                    return None
-                row.append(("v", type(x).__name__, x))
-        sig.append(tuple(row))
-    return tuple(sig)
-
-
-def _static_copies(batches: Sequence[Sequence[Any]]) -> list:
-    """Static inputs with the same geometry as the real ones (storage size, offset, strides: alignment and
-    layout are what the candidate sees either way)."""
-    static = []
-    for b in batches:
-        row = []
-        for x in b:
-            if isinstance(x, torch.Tensor):
-                storage = torch.UntypedStorage(x.untyped_storage().nbytes(), device=x.device)
-                t = torch.empty(0, dtype=x.dtype, device=x.device)
-                t.set_(storage, x.storage_offset(), x.size(), x.stride())
-                with torch.no_grad():
-                    t.copy_(x)
-                t.requires_grad_(x.requires_grad)
-                row.append(t)
-            else:
-                row.append(x)
-        static.append(row)
-    return static
-
-
-def _stage(static: list, batches: Sequence[Sequence[Any]]) -> None:
-    dst, src = [], []
-    for srow, b in zip(static, batches):
-        for s, x in zip(srow, b):
-            if isinstance(s, torch.Tensor):
-                dst.append(s)
-                src.append(x)
-    with torch.no_grad():
-        try:
-            torch._foreach_copy_(dst, src)
-        except (AttributeError, RuntimeError, TypeError):
-            for s, x in zip(dst, src):
-                s.copy_(x)
-
-
-def _copy_tree(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return out.detach().clone()
-    if isinstance(out, tuple):
-        return tuple(_copy_tree(o) for o in out)
-    if isinstance(out, list):
-        return [_copy_tree(o) for o in out]
-    return out
-
-
-def _poison(outputs: Any) -> None:
-    """Overwrite graph-owned outputs: NaN where floating point, 0 elsewhere."""
-    floats, others = [], []
-    for t in _tensors(outputs):
-        (floats if (t.is_floating_point() or t.is_complex()) else others).append(t.detach())
-    with torch.no_grad():
-        for group, value in ((floats, float("nan")), (others, 0)):
-            if not group:
-                continue
-            try:
-                torch._foreach_zero_(group)
-                if value != 0:
-                    torch._foreach_add_(group, value)
-            except (AttributeError, RuntimeError, TypeError):
-                for t in group:
-                    t.fill_(value)
-
-
-#: GPU clock cycles of the spin queued ahead of a replay's start event (~50 us at 2 GHz): the host launches the
-#: graph while the GPU spins, so the launch latency is not timed. Safe in graph mode only: a captured call
-#: cannot leave work on a stream the graph does not join, so nothing of the sample runs beside the spin.
-_PREROLL_CYCLES = 100_000
-
-
-def _preroll() -> None:
-    try:
-        torch.cuda._sleep(_PREROLL_CYCLES)
-    except (AttributeError, RuntimeError):
-        pass
-
-
-def _inner_seconds(inner: tuple, outer0: Any, outer1: Any) -> Optional[float]:
-    """Time between the two events recorded inside the graph -- only if this replay recorded them: both lie
-    between the events recorded around the replay (an event left from an earlier record would not)."""
-    try:
-        lead = outer0.elapsed_time(inner[0])
-        body = inner[0].elapsed_time(inner[1])
-        tail = inner[1].elapsed_time(outer1)
-    except RuntimeError:
-        return None
-    if lead < 0 or tail < 0 or body <= 0:
-        return None
-    return body * 1e-3
-
-
-def _external_events(stream: Any) -> Optional[tuple]:
-    """Timing events that become event-record nodes when recorded during a capture (``cudaEventRecordExternal``);
-    ``None`` where this torch has no such events. Recorded once outside the capture, so the CUDA events exist
-    before it begins (torch creates them lazily, at the first record)."""
-    try:
-        events = (torch.cuda.Event(enable_timing=True, external=True),
-                  torch.cuda.Event(enable_timing=True, external=True))
-        for e in events:
-            e.record(stream)
-        stream.synchronize()
-        return events
-    except (TypeError, RuntimeError):
-        return None
-
-
 def _pci_bus_id(p: Any) -> Optional[str]:
     try:
         return f"{int(p.pci_domain_id):08X}:{int(p.pci_bus_id):02X}:{int(p.pci_device_id):02X}.0"
@@ -715,7 +506,3 @@ def _nvidia_smi(gpu_id: str) -> dict[str, Any]:
     for k, v in zip(_SMI_FIELDS, values):
         out[k] = v
     return out
-
-
-def _driver_version() -> Optional[str]:
-    return _nvidia_smi("0").get("driver_version")

@@ -1,0 +1,149 @@
+"""Clock gates: what the sandboxes report about time against what the controller sees for itself.
+
+- wall clock: every sample is asked for by the controller, which keeps its own window around it (request sent,
+  answer received) and reads the sampling sandbox's CPU clocks from the kernel around it. The sandbox stamps its
+  timed region on the same system-wide monotonic clock. The stamps must lie inside the window and no sample may
+  last longer than its own bracket. The sensitive test compares the arms: per sample, the time the sandbox
+  spent around the sample that the sample does not account for. On the CPU device that is what the kernel says
+  its main thread spent during the controller's window -- running plus runnable-but-preempted
+  (``/proc/PID/task/PID/schedstat``) -- minus the reported sample (a CPU-bound sample is covered exactly by the
+  two, so preemption inside it cancels out); elsewhere (a GPU, where a sample waits for the device) the
+  controller's window minus the reported sample. It is the harness's own work around a sample -- the same for
+  both arms -- plus noise, plus, for a candidate whose clock runs slow or whose samples are rewritten, the time it
+  hid. The candidate's upper quartile may exceed the baseline's by at most ``wall_clock_hidden_abs_s`` +
+  ``wall_clock_hidden_rel`` x the sample + three standard errors of that difference (from the spread of both arms'
+  values, so a loaded machine is not mistaken for a cheat and a quiet one sees small lies). The upper quartile:
+  to move the median of the paired ratios, a cheat must act in most samples, and then it moves this quartile.
+- device clock (CUDA): event time against host time with a device-wide synchronisation, candidate against
+  baseline: work a call leaves on a stream nobody waits for shows in host time, not in event time.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Optional
+
+from .base import Gate, GateContext, GateOutcome
+
+
+class WallClockGate(Gate):
+    name = "wall-clock"
+    stages = ("integrity",)
+    needs_timing = True
+
+    #: stamps may stray this far outside the controller's window (the two clocks are the same clock)
+    SKEW_S = 20e-6
+    #: where the arms' unreported times are compared
+    QUANTILE = 0.75
+    #: samples that may break a per-sample rule before the item is refused (a preempted sample can); at least 2
+    BAD_SAMPLES_REL = 0.34
+
+    def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
+        ev = ctx.timing
+        if ev is None or not ev.rounds:
+            return None
+        integ = ctx.protocol.integrity
+        skew = int(self.SKEW_S * 1e9)
+        by_cpu = ctx.device.name == "cpu"
+        skewed = fast = 0
+        unreported: dict[str, list[float]] = {"A": [], "B": []}
+        for r in ev.rounds:
+            for s in r.samples:
+                if s.arm == "B":
+                    t0, t1 = s.stamps_ns
+                    if t1 < t0 or t0 < s.window_ns[0] - skew or t1 > s.window_ns[1] + skew:
+                        skewed += 1
+                        continue
+                    if s.host_seconds > (t1 - t0) * 1e-9 + self.SKEW_S:
+                        fast += 1
+                u = _unreported(s, by_cpu)
+                if u is not None:
+                    unreported[s.arm].append(u)
+        n_b = sum(len(r.candidate) for r in ev.rounds)
+        bad_allowed = max(2, math.ceil(self.BAD_SAMPLES_REL * n_b))
+        sample_b = statistics.median(s.host_seconds for r in ev.rounds for s in r.candidate)
+        ua, ub = unreported["A"], unreported["B"]
+        med = _quantile(ub, self.QUANTILE) - _quantile(ua, self.QUANTILE) if len(ua) > 1 and len(ub) > 1 else None
+        noise = 3.0 * 1.4826 * _mad(ua + ub) * math.sqrt(1 / max(len(ua), 1) + 1 / max(len(ub), 1)) * 1.36
+        allowed = integ.wall_clock_hidden_abs_s + integ.wall_clock_hidden_rel * sample_b + noise
+        ctx.details["wall_clock"] = {"samples": n_b, "skewed": skewed, "fast": fast, "noise_s": noise,
+                                     "measured_against": "main thread run + wait" if by_cpu else "controller window",
+                                     "candidate_hidden_s": med, "allowed_s": allowed}
+        if fast > bad_allowed:
+            return GateOutcome.refuse(
+                "integrity", f"{fast} of {n_b} candidate samples lasted longer than the sandbox's own bracket around "
+                "them: its clock is not the controller's")
+        if skewed > bad_allowed:
+            return GateOutcome.refuse(
+                "integrity", f"in {skewed} of {n_b} candidate samples the sandbox's stamps fall outside the interval "
+                "the controller's clock saw (or run backwards): its clock is not the controller's")
+        if med is not None and med > allowed:
+            where = "the sandbox's main thread (running or preempted)" if by_cpu else "the controller's own window"
+            return GateOutcome.refuse(
+                "integrity", f"time is missing from the candidate's samples: {where} holds {med * 1e6:.0f} us more "
+                f"per sample than it reported, beyond the baseline's (upper quartile; at most "
+                f"{allowed * 1e6:.0f} us allowed): its samples were reported shorter than they lasted (a clock that "
+                "runs slow, or a rewritten sample)")
+        return None
+
+
+def _quantile(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _mad(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    m = statistics.median(values)
+    return statistics.median(abs(v - m) for v in values)
+
+
+def _unreported(s, by_cpu: bool) -> Optional[float]:
+    """Time around a sample that the sample does not account for: the main thread's running plus run-queue time
+    on the CPU device, the controller's window elsewhere, minus the sample's own host time."""
+    if by_cpu:
+        if s.main_cpu_s is None or s.main_wait_s is None:
+            return None
+        return s.main_cpu_s + s.main_wait_s - s.host_seconds
+    return (s.window_ns[1] - s.window_ns[0]) * 1e-9 - s.host_seconds
+
+
+class DeviceClockGate(Gate):
+    """On devices with their own clock (CUDA events), the host clock with a device-wide synchronisation must not
+    see much more time than the device clock did for the candidate than for the baseline."""
+
+    name = "device-clock"
+    stages = ("integrity",)
+    needs_timing = True
+
+    #: host-minus-event time the candidate's samples may show beyond the baseline's, per *sample*. The fixed host
+    #: costs of a sample (L2 flush, synchronisations, event records) are the same for both arms and are what the
+    #: baseline's own host-minus-event measures; per-call launch costs show up in the event time (the stream idles
+    #: between launches), not in host minus event, so the slack does not grow with the calls.
+    SLACK_PER_SAMPLE_S = 50e-6
+
+    def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
+        ev = ctx.timing
+        if ev is None or not ev.rounds or ctx.device.name != "cuda":
+            return None
+        ratio_limit = ctx.protocol.devices.cuda.event_host_max_ratio
+        cand = [s for r in ev.rounds for s in r.candidate]
+        base = [s for r in ev.rounds for s in r.baseline]
+        cand_dev, cand_host = sum(s.seconds for s in cand), sum(s.host_seconds for s in cand)
+        base_dev, base_host = sum(s.seconds for s in base), sum(s.host_seconds for s in base)
+        # host time beyond device time that the baseline does not also show: work the events did not see
+        excess = (cand_host - cand_dev) - max(base_host - base_dev, 0.0)
+        allowed = (ratio_limit - 1.0) * cand_dev + self.SLACK_PER_SAMPLE_S * len(cand)
+        ctx.details["device_clock"] = {"candidate_event_s": cand_dev, "candidate_host_s": cand_host,
+                                       "baseline_event_s": base_dev, "baseline_host_s": base_host,
+                                       "excess_s": excess, "allowed_s": allowed}
+        if cand_dev > 0 and excess > allowed:
+            return GateOutcome.refuse(
+                "integrity", f"the host clock saw {cand_host / cand_dev:.1f}x the candidate's event time with a "
+                "device-wide synchronisation: work ran outside the timed stream (side streams?)")
+        return None

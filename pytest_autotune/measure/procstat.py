@@ -1,0 +1,128 @@
+"""What the controller reads about a sandbox from the kernel itself (Linux), so the sandbox cannot forge it:
+its CPU clocks, and the other live processes of its process group.
+
+:class:`CpuWatch` attributes every CPU nanosecond of the item's sandboxes to "busy" (the controller had a request
+outstanding with that sandbox) or "idle" (it had none: the sandbox should be blocked reading its socket). A
+candidate that works between its own calls -- a thread, a signal handler, a helper computing ahead while the
+baseline is timed -- shows up as idle CPU (docs/threat-model.md, "no candidate code outside its calls").
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+def cpu_clocks(pid: int) -> Optional[tuple[int, int, int]]:
+    """(process CPU ns, main-thread CPU ns, main-thread run-queue wait ns) of another process, or ``None`` where the
+    OS has no such clocks. The process clock is the one glibc's ``clock_getcpuclockid`` names (CPUCLOCK_SCHED:
+    every thread, exited ones included); the main thread's (its tid is the pid) CPU time and the time it spent
+    runnable but waiting for a CPU (preempted) come from ``/proc/PID/task/PID/schedstat``, since the kernel serves
+    per-thread clocks only to the thread's own process."""
+    if not sys.platform.startswith("linux") or pid <= 0:
+        return None
+    try:
+        process = time.clock_gettime_ns(((~pid) << 3) | 2)
+        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
+            fields = f.read().split()
+        main_thread, waited = int(fields[0]), int(fields[1])
+    except (OSError, OverflowError, ValueError, IndexError):
+        return None
+    return process, main_thread, waited
+
+
+def group_helpers(pid: int) -> int:
+    """Processes other than ``pid`` itself in ``pid``'s process group (Linux; 0 elsewhere), counted from /proc: a
+    candidate that forks helpers to run beside the measurement is seen here, whatever it reports."""
+    if not sys.platform.startswith("linux") or pid <= 0:
+        return 0
+    n = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for e in entries:
+        if not e.isdigit() or int(e) == pid:
+            continue
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pid:  # state, ppid, pgrp
+            n += 1
+    return n
+
+
+@dataclass
+class CpuAccount:
+    busy_s: float = 0.0
+    idle_s: float = 0.0
+    #: idle CPU seen during each of the other arm's samples (the candidate must be asleep then)
+    during_other_samples_s: float = 0.0
+    readable: bool = True
+
+
+@dataclass
+class CpuWatch:
+    """CPU of each named sandbox, split into busy and idle by the controller's own requests."""
+
+    pids: dict[str, int]
+    accounts: dict[str, CpuAccount] = field(default_factory=dict)
+    _last: dict[str, Optional[tuple[int, int, int]]] = field(default_factory=dict)
+    _busy: dict[str, bool] = field(default_factory=dict)
+    _since: dict[str, Optional[tuple[int, int, int]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, pid in self.pids.items():
+            self.accounts[name] = CpuAccount()
+            self._last[name] = cpu_clocks(pid)
+            self._busy[name] = False
+            if self._last[name] is None:
+                self.accounts[name].readable = False
+
+    def checkpoint(self, sampling: Optional[str] = None) -> dict[str, Optional[tuple[int, ...]]]:
+        """Read every sandbox's clocks and attribute the CPU since the last checkpoint. ``sampling``: the sandbox
+        whose sample just ended (idle CPU of the others is then also counted as during-the-other-sample)."""
+        deltas: dict[str, Optional[tuple[int, ...]]] = {}
+        for name, pid in self.pids.items():
+            now, last = cpu_clocks(pid), self._last[name]
+            acct = self.accounts[name]
+            if now is None or last is None:
+                acct.readable = False
+                deltas[name] = None
+                self._last[name] = now
+                continue
+            d = tuple(x - y for x, y in zip(now, last))
+            deltas[name] = d
+            if self._busy[name]:
+                acct.busy_s += d[0] * 1e-9
+            else:
+                acct.idle_s += d[0] * 1e-9
+                if sampling is not None and sampling != name:
+                    acct.during_other_samples_s += d[0] * 1e-9
+            self._last[name] = now
+        return deltas
+
+    def begin(self, *names: str) -> None:
+        self.checkpoint()
+        for n in names:
+            self._busy[n] = True
+            self._since[n] = self._last[n]
+
+    def end(self, name: str, sampling: Optional[str] = None) -> Optional[tuple[int, ...]]:
+        """Close ``name``'s request; returns (process CPU, main-thread CPU, main-thread run-queue wait) ns since
+        :meth:`begin`."""
+        self.checkpoint(sampling)
+        self._busy[name] = False
+        start, now = self._since.pop(name, None), self._last[name]
+        if start is None or now is None:
+            return None
+        return tuple(x - y for x, y in zip(now, start))
+
+
+__all__ = ["cpu_clocks", "group_helpers", "CpuWatch", "CpuAccount"]

@@ -125,8 +125,11 @@ class KernelFlow:
             "cpus": env.cpus,
         }
 
-    def _start(self, init: dict, label: str) -> Sandbox:
+    def _start(self, init: dict, label: str, ctx: Optional[GateContext] = None) -> Sandbox:
+        t0 = time.perf_counter()
         box = self.env.pool.start(init, label=label)
+        if ctx is not None:
+            ctx.details.setdefault("sandbox_start_s", {})[init["role"]] = round(time.perf_counter() - t0, 4)
         if not box.hello.get("ok"):
             err = box.hello
             box.close()
@@ -151,7 +154,7 @@ class KernelFlow:
         return run_paired_timing(cand, base, env.protocol, env.protocol.timing_plan(env.device_spec.name), seeds,
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
-                                 budget_scale=env.budget_scale)
+                                 budget_scale=env.budget_scale, sample_cpus=env.cpus)
 
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
@@ -240,9 +243,11 @@ class KernelFlow:
                                              f"{item.problem_src.path} has no ModelMLX port for --device=mlx"))
         # ---- the strongest frozen baseline (timed in clean processes: needs the device to itself)
         if env.measuring:
+            t0 = time.perf_counter()
             with env.lock.exclusive():
                 item.choice = self.baseline_choice(spec.problem, item.problem_src, item.problem, item.sizes,
                                                    item.golden)
+            ctx.details.setdefault("stage_seconds", {})["baseline_choice"] = round(time.perf_counter() - t0, 4)
             ctx.baseline = item.choice
             ctx.warnings.extend(item.choice.errors)
             ctx.details["baseline_choice"] = {"baseline": item.choice.baseline.name,
@@ -254,7 +259,7 @@ class KernelFlow:
         init = self._init(item.problem_src, item.sizes, item.init_seed, "candidate", item.cand_src,
                           spec.candidate.class_name)
         with env.lock.shared():
-            box = self._start(init, spec.item_key)
+            box = self._start(init, spec.item_key, ctx)
         item.boxes["candidate"] = box
         with box:
             ctx.sandbox = box
@@ -273,7 +278,7 @@ class KernelFlow:
             # ---- 5. paired timing against the baseline in its own sandbox (device exclusive)
             base_init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src,
                                    "ModelNew")
-            with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}") as base:
+            with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}", ctx) as base:
                 item.boxes["baseline"] = base
                 try:
                     ev = self._timing(box, base, ctx.seeds)
@@ -315,6 +320,9 @@ class KernelFlow:
         if ev is not None:
             d["timing"] = {"calls_per_sample": ev.calls_per_sample, "rounds": len(ev.rounds), "mode": ev.mode,
                            "calibration": ev.calibration, "timed_s": ev.timed_s, "timing_s": ev.elapsed_s,
+                           "prepare_s": sum(r.prepare_s for r in ev.rounds),
+                           "sample_windows_s": sum((s.window_ns[1] - s.window_ns[0]) * 1e-9
+                                                   for r in ev.rounds for s in r.samples),
                            "cpu": ev.cpu, "stop_reason": ev.stop_reason}
             d["duty_cycle"] = ev.timed_s / wall if wall > 0 else None
         d["wire"] = {role: box.chan.stats.as_dict() for role, box in item.boxes.items()}

@@ -14,6 +14,7 @@ Rounds go on until the CI is narrow enough, ``max_pairs`` is reached or the item
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -65,6 +66,8 @@ class RoundRecord:
     prints: list = field(default_factory=list)  # candidate output fingerprints: [B(p1) calls..., B(p2) calls...]
     #: CPU seconds each sandbox used building this round's inputs (the same work in both)
     prepare_cpu_s: dict = field(default_factory=dict)
+    #: the controller's wall time for that step (both sandboxes at once)
+    prepare_s: float = 0.0
     helper_processes: int = 0
 
     def slot(self, arm: str, group: str) -> SampleRecord:
@@ -136,14 +139,31 @@ def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str
 class _Driver:
     """Sends the schedule's requests and keeps the CPU books of both sandboxes."""
 
-    def __init__(self, boxes: dict[str, Sandbox]) -> None:
+    def __init__(self, boxes: dict[str, Sandbox], sample_cpus: Optional[list[int]]) -> None:
         self.boxes = boxes
         self.watch = CpuWatch({arm: box.pid for arm, box in boxes.items()})
         self.commands = {arm: 0 for arm in boxes}
+        self.sample_cpus = set(sample_cpus or [])
+        self.all_cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+        self.repin_errors = 0
+        self.affinity = {arm: _affinity(box.pid) for arm, box in boxes.items()}
 
-    def both(self, msgs: dict[str, dict], phase: str) -> dict[str, dict]:
-        """The same kind of request to both sandboxes at once (they work in parallel)."""
+    def _pin(self, cpus: set) -> None:
+        """Both sandboxes onto ``cpus`` (the controller may; a sandbox could not undo it under the jail's filter)."""
+        if not cpus or not self.sample_cpus:
+            return
+        for box in self.boxes.values():
+            try:
+                os.sched_setaffinity(box.pid, cpus)
+            except OSError:
+                self.repin_errors += 1
+
+    def both(self, msgs: dict[str, dict], phase: str, spread: bool = False) -> dict[str, dict]:
+        """The same kind of request to both sandboxes at once. ``spread``: they may use every CPU meanwhile (building
+        inputs in parallel) and are pinned back to the samples' CPU when both are done."""
         arms = list(msgs)
+        if spread:
+            self._pin(self.all_cpus)
         self.watch.begin(*arms)
         for arm in arms:
             self.boxes[arm].send(msgs[arm], phase=phase)
@@ -152,6 +172,8 @@ class _Driver:
         for arm in arms:
             replies[arm] = self.boxes[arm].receive(phase=phase)
             deltas[arm] = self.watch.end(arm)
+        if spread:
+            self._pin(self.sample_cpus)
         for arm, reply in replies.items():
             if not reply.get("ok"):
                 raise TimingRefused(f"{phase} failed in the {ARM_ROLES[arm]} sandbox: {reply.get('error')}",
@@ -161,6 +183,12 @@ class _Driver:
 
     def sample(self, arm: str, group: str, position: int, phase: str) -> SampleRecord:
         box = self.boxes[arm]
+        # the CPUs a sandbox may run on are the controller's to choose: read from the kernel before every sample
+        want = self.sample_cpus or self.affinity[arm]
+        got = _affinity(box.pid)
+        if want and got and got != want:
+            raise TimingRefused(f"the {ARM_ROLES[arm]} sandbox runs on CPUs {sorted(got)}, not {sorted(want)}: it "
+                                "changed its CPU affinity (a quieter core is a speedup nobody else gets)", "integrity")
         self.watch.begin(arm)
         t0 = time.perf_counter_ns()
         reply = box.request({"cmd": "sample", "group": group}, phase=phase)
@@ -182,6 +210,13 @@ class _Driver:
                             int(reply.get("new_threads", 0) or 0))
 
 
+def _affinity(pid: int) -> set:
+    try:
+        return set(os.sched_getaffinity(pid))
+    except (OSError, AttributeError):
+        return set()
+
+
 def _calibrate(drv: _Driver, warm: list, plan: TimingPlan, graph_below_s: float) -> tuple[int, dict, dict]:
     cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
     per_call = min(float(c["per_call_s"]) for c in cal.values())
@@ -195,9 +230,12 @@ def _calibrate(drv: _Driver, warm: list, plan: TimingPlan, graph_below_s: float)
 
 
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
-                      *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0) -> TimingEvidence:
+                      *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
+                      sample_cpus: Optional[list[int]] = None) -> TimingEvidence:
+    """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they build a round's inputs
+    they may use every CPU."""
     t_start = time.perf_counter()
-    drv = _Driver({"A": baseline, "B": candidate})
+    drv = _Driver({"A": baseline, "B": candidate}, sample_cpus)
 
     def recipe(purpose: str, i: int) -> dict:
         return {"seed": seeds.seed(purpose, i)}
@@ -214,9 +252,10 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         p2 = [recipe("timing", n_seed + k + j) for j in range(k)]
         n_seed += 2 * k
         fp = {"positions_seed": secrets.randbits(63)} if prints_of is not None else None
+        t_prep = time.perf_counter()
         prep = drv.both({arm: {"cmd": "prepare", "p1": p1, "p2": p2, "fingerprint": fp,
                                "tamper": arm == "B" and r_index % TAMPER_EVERY == 0} for arm in drv.boxes},
-                        "timing (prepare)")
+                        "timing (prepare)", spread=True)
         if prints_of is not None:
             prints_of.prints = prep["B"].get("prints") or []
         ev.tamper += prep["B"].get("tamper", [])
@@ -225,6 +264,8 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         samples = tuple(drv.sample(arm, group, pos, "timing") for pos, (arm, group) in enumerate(seq))
         rec = RoundRecord(r_index, order, p1, p2, samples,
                           prepare_cpu_s={arm: prep[arm]["_cpu_s"] for arm in prep},
+                          prepare_s=time.perf_counter() - t_prep - sum(
+                              (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),
                           helper_processes=group_helpers(candidate.pid))
         ev.rounds.append(rec)
         ev.timed_s += sum(s.seconds for s in samples)
@@ -251,6 +292,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     drv.watch.checkpoint()
     ev.cpu = {arm: vars(acct) for arm, acct in drv.watch.accounts.items()}
     ev.commands = dict(drv.commands)
+    ev.mode["repin_errors"] = drv.repin_errors
     ev.estimate = _estimate(ev, proto, stats_seed)
     if not ev.ci_target_met and ev.estimate.rel_width <= plan.ci_target_rel_width:
         ev.ci_target_met = True

@@ -13,6 +13,7 @@ The sandbox reports what it found; the controller's correctness and integrity ga
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Iterator, Optional
 
 import torch
@@ -38,9 +39,14 @@ def harness_reads() -> Iterator[None]:
 
 
 def _allowed_keys(t: torch.Tensor) -> int:
+    return _allowed_keys_for(t.dtype, t.device)
+
+
+@functools.lru_cache(maxsize=64)
+def _allowed_keys_for(dtype: torch.dtype, device: torch.device) -> int:
     """Dispatch keys of a fresh tensor of the same device and dtype, plus the lazy conjugate/negative bits (those
     materialise in C++, never in candidate code)."""
-    keys = torch._C._dispatch_keys(torch.empty(0, dtype=t.dtype, device=t.device))
+    keys = torch._C._dispatch_keys(torch.empty(0, dtype=dtype, device=device))
     for name in ("Conjugate", "Negative"):
         key = getattr(torch._C.DispatchKey, name, None)
         if key is not None:

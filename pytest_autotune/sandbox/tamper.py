@@ -77,7 +77,6 @@ _SETTINGS: dict[str, Callable[[], Any]] = {
         _torch_attr("backends.cuda.matmul.allow_bf16_reduced_precision_reduction"),
     "torch.backends.cudnn.allow_tf32": _torch_attr("backends.cudnn.allow_tf32"),
     "torch.backends.cudnn.benchmark": _torch_attr("backends.cudnn.benchmark"),
-    "os.sched_getaffinity(0)": lambda: tuple(sorted(os.sched_getaffinity(0))),
     "os.getpriority(PRIO_PROCESS, 0)": lambda: os.getpriority(os.PRIO_PROCESS, 0),
     "os.sched_getscheduler(0)": lambda: os.sched_getscheduler(0),
 }
@@ -116,7 +115,8 @@ def _cuda_allocator() -> Any:
 # calls"). Every way to schedule such code that Python exposes is watched here: signal handlers and interval
 # timers, garbage-collector callbacks and state, profile/trace hooks (sys and threading), torch function and
 # dispatch modes left pushed, and the CUDA allocator backend. (atexit handlers never run: sandboxes leave with
-# os._exit. Import hooks never run: the harness imports nothing after the candidate loads.)
+# os._exit. Import hooks never run: the harness imports nothing after the candidate loads. CPU affinity is checked by
+# the controller itself, from the kernel, before every sample: measure/schedule.py.)
 _SETTINGS.update({
     "signal handlers": _signal_handlers,
     "signal interval timers": _interval_timers,
@@ -231,15 +231,14 @@ def _same_value(a: Any, b: Any) -> bool:
 
 
 def os_thread_count() -> int:
-    """Threads of this process as the OS sees them (native threads included, not only Python's)."""
+    """Threads of this process as the OS sees them (native threads included, not only Python's): field 20 of
+    /proc/self/stat (short and fixed-format, so cheap enough to read around every sample)."""
     try:
-        with open(f"/proc/{os.getpid()}/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return threading.active_count()
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rfind(b")") + 2:].split()[17])
+    except (OSError, ValueError, IndexError):
+        return threading.active_count()
 
 
 __all__ = ["TamperSnapshot", "os_thread_count", "builtins", "gc", "time"]

@@ -1,8 +1,9 @@
-"""Summarise one run_h200.sh measurement: suite speedups with CIs, A/A bias (ours against naive), re-measure
-agreement, do_bench agreement, the xdist multi-GPU check. Reads what the script wrote under OUT; writes
-OUT/summary.json and OUT/summary.md and prints a compact table.
+"""Summarise run_h200.sh measurements: suite speedups with CIs, item times and duty cycles, A/A bias against the
+acceptance bars, re-measure agreement, do_bench agreement, the xdist multi-GPU check. Reads the JSON reports (or,
+for a call cut short, the items it finished: NAME.partial.jsonl) under DIR; writes DIR/summary-RUN1.json and .md
+and prints a compact table.
 
-    python3 benchmarks/harness/gpu/summarize.py OUT
+    python3 benchmarks/harness/gpu/summarize.py DIR RUN1 [RUN2]     # e.g. DIR run1 run2 (re-measure)
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ def _load(p: Path) -> Optional[dict]:
         return None
 
 
-def _report(out: Path, work: Optional[Path], name: str) -> Optional[dict]:
+#: acceptance bars of the GPU leg (issue: GPU leg at H200 speed and precision)
+AA_BARS = {"aa_relu_130us": {"max_dev": 0.003, "max_ci_width": 0.01},
+           "aa_relu_4us": {"max_dev": 0.003, "max_ci_width": 0.03}}
+DOBENCH_BAR = 0.02
+MEDIAN_ITEM_S_BAR = 15.0
+
+
+def _report(out: Path, name: Optional[str]) -> Optional[dict]:
     """The JSON report, or -- for a run cut short before it wrote one -- the items it finished
     (harness_plugin.py's partial file)."""
+    if not name:
+        return None
     rep = _load(out / f"{name}.json")
-    if rep is not None or work is None:
+    if rep is not None:
         return rep
-    part = work / f"{name}.partial.jsonl"
+    part = out / f"{name}.partial.jsonl"
     if not part.exists():
         return None
     items = [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
@@ -48,9 +58,9 @@ def _fmt(x: Optional[float], nd: int = 3) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def summarize(out: Path, work: Optional[Path] = None) -> dict[str, Any]:
-    run1 = _report(out, work, "run1") or _report(out, work, "xdist")
-    run2 = _report(out, work, "run2")
+def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, Any]:
+    run1 = _report(out, name1)
+    run2 = _report(out, name2)
     db = _load(out / "dobench.json") or {}
     naive = _load(out / "naive.json") or {}
     mode = _load(out / "mode.json") or {}
@@ -69,8 +79,11 @@ def summarize(out: Path, work: Optional[Path] = None) -> dict[str, Any]:
                "ci": it.get("ci"), "n_pairs": it.get("n_pairs"), "baseline_s": it.get("baseline_s"),
                "candidate_s": it.get("candidate_s"), "reason": (it.get("reason") or "")[:300],
                "item_seconds": (it.get("details") or {}).get("item_seconds"),
+               "duty_cycle": (it.get("details") or {}).get("duty_cycle"),
                "stage_seconds": (it.get("details") or {}).get("stage_seconds"),
-               "calls_per_sample": ((it.get("details") or {}).get("timing") or {}).get("calls_per_sample")}
+               "calls_per_sample": ((it.get("details") or {}).get("timing") or {}).get("calls_per_sample"),
+               "mode": ((((it.get("details") or {}).get("timing") or {}).get("mode") or {}).get("decision") or {})
+               .get("reason")}
         r2 = i2.get(nid)
         if r2 is not None:
             row["speedup2"], row["ci2"], row["verdict2"] = r2.get("speedup"), r2.get("ci"), r2.get("verdict")
@@ -78,6 +91,14 @@ def summarize(out: Path, work: Optional[Path] = None) -> dict[str, Any]:
             row["dobench"] = dbrows[nid]["dobench"]
         suite.append(row)
     s["suite"] = suite
+    times = [(it.get("details") or {}).get("item_seconds") for it in i1.values()]
+    times = [t for t in times if t]
+    duty = [(it.get("details") or {}).get("duty_cycle") for it in i1.values()]
+    duty = [d for d in duty if d is not None]
+    s["items"] = {"n": len(i1), "sum_item_s": sum(times), "median_item_s": statistics.median(times) if times else None,
+                  "max_item_s": max(times) if times else None,
+                  "median_duty_cycle": statistics.median(duty) if duty else None,
+                  "median_item_bar": MEDIAN_ITEM_S_BAR}
 
     # re-measure agreement
     pairs = [(r["speedup"], r["speedup2"]) for r in suite
@@ -95,8 +116,14 @@ def summarize(out: Path, work: Optional[Path] = None) -> dict[str, Any]:
         if not _is_aa(it):
             continue
         ci = it.get("ci") or [None, None]
-        aa.append({"problem": it["problem"], "verdict": it["verdict"], "speedup": it.get("speedup"), "ci": ci,
+        sp = it.get("speedup")
+        bar = AA_BARS.get(it["problem"])
+        width = (ci[1] - ci[0]) / sp if sp and ci[0] is not None else None
+        aa.append({"problem": it["problem"], "verdict": it["verdict"], "speedup": sp, "ci": ci, "ci_rel_width": width,
                    "ci_contains_1": bool(ci[0] is not None and ci[0] <= 1.0 <= ci[1]),
+                   "meets_bar": (None if bar is None or sp is None or width is None else
+                                 abs(1 - sp) <= bar["max_dev"] and width <= bar["max_ci_width"]
+                                 and ci[0] <= 1.0 <= ci[1]),
                    "speedup_run2": (i2.get(nid) or {}).get("speedup"), "n_pairs": it.get("n_pairs"),
                    "per_call_s": it.get("baseline_s"), "reason": (it.get("reason") or "")[:200]})
     s["aa"] = aa
@@ -117,6 +144,7 @@ def summarize(out: Path, work: Optional[Path] = None) -> dict[str, Any]:
             "timer": db.get("timer"), "n": len(good), "errors": [r for r in db["rows"] if "error" in r],
             "median_abs_log_ratio": statistics.median(r["abs_log_ratio"] for r in cand) if cand else None,
             "max_abs_log_ratio": max(r["abs_log_ratio"] for r in cand) if cand else None,
+            "within_bar": sum(1 for r in cand if r["abs_log_ratio"] <= math.log1p(DOBENCH_BAR)), "bar": DOBENCH_BAR,
             "aa": {r["problem"]: r["dobench"] for r in good if r.get("candidate") == "reference-aa"},
         }
 
@@ -149,17 +177,22 @@ def render(s: dict[str, Any]) -> str:
                      f"torch {dev.get('torch')} (CUDA {dev.get('torch_cuda')}), clocks max SM "
                      f"{smi.get('clocks.max.sm')} mem {smi.get('clocks.max.mem')}")
     lines.append("")
-    lines.append("| problem | candidate | baseline | verdict | speedup [95% CI] | pairs | re-measure | do_bench |")
-    lines.append("|---|---|---|---|---|---|---|---|")
+    lines.append("| problem | candidate | baseline | verdict | speedup [95% CI] | pairs | k | item s | duty | "
+                 "re-measure | do_bench |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.get("suite", []):
         ci = r.get("ci") or [None, None]
         sp = f"{_fmt(r.get('speedup'))} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if r.get("speedup") else "-"
         verdict = r["verdict"] + (f" ({r['gate']})" if r.get("gate") else "")
         lines.append(f"| {r['problem']} | {r['candidate']} | {r.get('baseline') or '-'} | {verdict} | {sp} | "
-                     f"{r.get('n_pairs') or '-'} | {_fmt(r.get('speedup2'))} | {_fmt(r.get('dobench'))} |")
+                     f"{r.get('n_pairs') or '-'} | {r.get('calls_per_sample') or '-'} | {_fmt(r.get('item_seconds'), 1)} | "
+                     f"{_fmt(r.get('duty_cycle'), 2)} | {_fmt(r.get('speedup2'))} | {_fmt(r.get('dobench'))} |")
+        if r["verdict"] != "accepted":
+            lines.append(f"|  | {r['reason'][:180]} |")
     lines.append("")
-    lines.append("| A/A problem | ours [95% CI] | CI has 1 | ours run 2 | do_bench A/A | naive A/A median (range) |")
-    lines.append("|---|---|---|---|---|---|")
+    lines.append("| A/A problem | ours [95% CI] | CI width | CI has 1 | meets bar | ours run 2 | do_bench A/A | "
+                 "naive A/A median (range) |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     naive = s.get("naive") or {}
     dbaa = (s.get("dobench") or {}).get("aa", {})
     for a in s.get("aa", []):
@@ -167,9 +200,15 @@ def render(s: dict[str, Any]) -> str:
         nv = naive.get(a["problem"])
         nvs = f"{nv['median']:.4f} ({nv['min']:.4f}-{nv['max']:.4f})" if nv else "-"
         lines.append(f"| {a['problem']} | {_fmt(a['speedup'], 4)} [{_fmt(ci[0], 4)}, {_fmt(ci[1], 4)}] | "
-                     f"{'yes' if a['ci_contains_1'] else 'no'} | {_fmt(a.get('speedup_run2'), 4)} | "
+                     f"{_fmt(a.get('ci_rel_width'), 4)} | {'yes' if a['ci_contains_1'] else 'no'} | {a.get('meets_bar')} | "
+                     f"{_fmt(a.get('speedup_run2'), 4)} | "
                      f"{_fmt(dbaa.get(a['problem']), 4)} | {nvs} |")
     lines.append("")
+    if s.get("items"):
+        t = s["items"]
+        lines.append(f"items: {t['n']}, sum {_fmt(t['sum_item_s'], 1)} s, median {_fmt(t['median_item_s'], 1)} s "
+                     f"(bar {t['median_item_bar']:g} s), max {_fmt(t['max_item_s'], 1)} s; median duty cycle "
+                     f"{_fmt(t['median_duty_cycle'], 3)}")
     if s.get("aa_summary"):
         a = s["aa_summary"]
         lines.append(f"A/A (ours): {a['n']} items, median {a['median']:.4f}, range {a['min']:.4f}-{a['max']:.4f}, "
@@ -181,8 +220,8 @@ def render(s: dict[str, Any]) -> str:
     if s.get("dobench"):
         d = s["dobench"]
         lines.append(f"do_bench agreement: {d['n']} pairs, median |log(ours/do_bench)| "
-                     f"{_fmt(d['median_abs_log_ratio'], 4)}, max {_fmt(d['max_abs_log_ratio'], 4)}; "
-                     f"errors: {len(d['errors'])}")
+                     f"{_fmt(d['median_abs_log_ratio'], 4)}, max {_fmt(d['max_abs_log_ratio'], 4)}; within "
+                     f"{100 * d['bar']:g}%: {d['within_bar']}; errors: {len(d['errors'])}")
     for name, m in (s.get("mode") or {}).items():
         lines.append(f"timing mode {name}: {m.get('mode')} (k={m.get('calls_per_sample')}, "
                      f"{(m.get('per_call_s') or 0) * 1e6:.2f} us/call; {m.get('reason')})")
@@ -199,10 +238,15 @@ def render(s: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
-    s = summarize(out, Path(argv[1]) if len(argv) > 1 else None)
-    (out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+    name1 = argv[1] if len(argv) > 1 else "run1"
+    name2 = argv[2] if len(argv) > 2 else None
+    s = summarize(out, name1, name2)
     text = render(s)
-    (out / "summary.md").write_text(text + "\n")
+    try:
+        (out / f"summary-{name1}.json").write_text(json.dumps(s, indent=1, default=str))
+        (out / f"summary-{name1}.md").write_text(text + "\n")
+    except OSError:  # a read-only folder (fetched results): print only
+        pass
     print(text)
     return 0
 

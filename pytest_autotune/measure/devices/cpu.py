@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -56,6 +56,7 @@ class CpuDevice(Device):
         super().__init__(index, options)
         self._flush: Any = None
         self._flush_value = 0
+        self._flush_bytes: Optional[int] = None
 
     def fingerprint(self) -> dict[str, Any]:
         fp = super().fingerprint()
@@ -83,8 +84,10 @@ class CpuDevice(Device):
         return out
 
     def flush_bytes(self) -> int:
-        factor = float(self.options.get("cache_flush_factor", 0) or 0)
-        return int(factor * per_core_l2_bytes()) // 4096 * 4096
+        if self._flush_bytes is None:
+            factor = float(self.options.get("cache_flush_factor", 0) or 0)
+            self._flush_bytes = int(factor * per_core_l2_bytes()) // 4096 * 4096
+        return self._flush_bytes
 
     def flush_cache(self) -> None:
         n = self.flush_bytes()

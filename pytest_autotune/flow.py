@@ -262,10 +262,7 @@ class KernelFlow:
             box = self._start(init, spec.item_key, ctx)
         item.boxes["candidate"] = box
         with box:
-            ctx.sandbox = box
-            ctx.import_tamper = list(box.hello.get("tamper", []))
-            ctx.threads_added_by_import = int(box.hello.get("threads_after_import", 0)) - int(
-                box.hello.get("threads_before_import", 0))
+            self._adopt(ctx, box)
             for stage in ("correctness", "probe"):
                 with env.lock.shared():
                     refused = self._run_stage(ctx, stage)
@@ -275,27 +272,51 @@ class KernelFlow:
                 return FlowVerdict(self._outcome(
                     spec, "accepted", None, "correctness and probes passed (not timed: run with --autotune)",
                     baseline=item.baseline_name, warnings=tuple(ctx.warnings), details=self._details(item)))
-            # ---- 5. paired timing against the baseline in its own sandbox (device exclusive)
-            base_init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src,
-                                   "ModelNew")
-            with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}", ctx) as base:
-                item.boxes["baseline"] = base
-                try:
-                    ev = self._timing(box, base, ctx.seeds)
-                except TimingRefused as e:
-                    return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
-            ctx.timing = ev
-            ctx.measurement = self._measurement(item, ev)
-            # ---- 6. integrity, 7. breaker
-            for stage in ("integrity", "breaker"):
-                refused = self._run_stage(ctx, stage)
+            if not env.protocol.timing.fresh_sandboxes:
+                refused = self._timed(item, box)
                 if refused:
-                    return self._refused(item, refused)
+                    return refused
+        if env.protocol.timing.fresh_sandboxes:
+            # both arms start timing from the same process history: a candidate sandbox as fresh as the baseline's
+            with env.lock.shared():
+                box = self._start(init, f"{spec.item_key}-timing", ctx)
+            item.boxes["candidate (timing)"] = box
+            with box:
+                self._adopt(ctx, box)
+                refused = self._timed(item, box)
+                if refused:
+                    return refused
         result = self._result(item)
         return FlowVerdict(self._outcome(spec, "accepted", None, ctx.measurement.stop_reason if ctx.measurement else "",
                                          baseline=item.baseline_name, measurement=ctx.measurement, result=result,
                                          warnings=tuple(ctx.warnings), details=self._details(item)),
                            result=result)
+
+    def _adopt(self, ctx: GateContext, box: Sandbox) -> None:
+        """``box`` is now the item's candidate sandbox: what its import did is evidence for the tamper gate."""
+        ctx.sandbox = box
+        ctx.import_tamper = list(ctx.import_tamper) + list(box.hello.get("tamper", []))
+        ctx.threads_added_by_import = max(ctx.threads_added_by_import, int(box.hello.get("threads_after_import", 0))
+                                          - int(box.hello.get("threads_before_import", 0)))
+
+    def _timed(self, item: ItemRun, box: Sandbox) -> Optional[FlowVerdict]:
+        """5. paired timing against the baseline in its own sandbox (device exclusive); 6. integrity, 7. breaker.
+        ``None`` when the item passed them all."""
+        env, spec, ctx = self.env, item.spec, item.ctx
+        base_init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src, "ModelNew")
+        with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}", ctx) as base:
+            item.boxes["baseline"] = base
+            try:
+                ev = self._timing(box, base, ctx.seeds)
+            except TimingRefused as e:
+                return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
+        ctx.timing = ev
+        ctx.measurement = self._measurement(item, ev)
+        for stage in ("integrity", "breaker"):
+            refused = self._run_stage(ctx, stage)
+            if refused:
+                return self._refused(item, refused)
+        return None
 
     def _measurement(self, item: ItemRun, ev: TimingEvidence) -> Measurement:
         est = ev.estimate

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .measure.devices.base import Device
-from .problems.inputs import materialize
+from .problems.inputs import materialize, materialize_stream
 from .problems.loader import LoadedProblem
 
 #: bytes of golden outputs kept per item (the least recently used go first)
@@ -61,6 +61,24 @@ class Golden:
         if self.on_device:
             return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
         return materialize(self.problem, r)
+
+    def stream(self, recipe: dict) -> list:
+        """The golden outputs of a stream recipe's input sets, in order (not cached: a timing group's sets are
+        each seen once)."""
+        r = dict(recipe)
+        r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
+        model = self._model(r["sizes"])
+        if self.on_device:
+            sets = materialize_stream(self.problem, r, self.device.to_device, self.device.generation_device())
+        else:
+            sets = materialize_stream(self.problem, r)
+        outs = []
+        with torch.no_grad():
+            for xs in sets:
+                out = model(*xs)
+                outs.append(out.detach() if isinstance(out, torch.Tensor) else tuple(
+                    o.detach() if isinstance(o, torch.Tensor) else o for o in out))
+        return outs
 
     def __call__(self, recipe: dict) -> Any:
         key = json.dumps(recipe, sort_keys=True)

@@ -61,6 +61,7 @@ class TimingSection:
     item_budget_s: float = _f(gt=0.0)
     cpu_threads: int = _f(ge=1)
     pin: str = _f(choices=("same-cpu", "none"))
+    fresh_sandboxes: bool = _f()
     disable_gc: bool = _f()
 
 

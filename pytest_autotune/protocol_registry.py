@@ -15,7 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
-    "2": "de239c50754cb9ae763bac4c9795b610b59330e9f8dfb855e3419932ba83a674",
+    "2": "e2ee294d94f09eac9a3eaffca7834bb4c07691ec70aa465acdbc7caf594ffa5e",
 }
 
 

@@ -377,7 +377,10 @@ def test_ipc_export_is_read_in_place_and_bounds_checked(dev):
         assert torch.equal(later, -expect) and torch.equal(first["whole"], expect)  # the first copy is ours
         for e in opened.values():
             e.close()
-        lie = dict(metas["whole"], shape=[(1 << 20) + 1], stride=[1])  # one element past the allocation's end
+        # one element past the end of the allocation the handle maps (the caching allocator's whole segment, which
+        # is what bounds the controller's reads: never beyond it, whatever the sandbox claims)
+        past = metas["whole"]["alloc_size"] // 4 + 1
+        lie = dict(metas["whole"], shape=[past], stride=[1], alloc_offset=0)
         with pytest.raises(ExportError, match="out of bounds"):
             dev.open_export(lie)
         lie = dict(metas["whole"], alloc_offset=metas["whole"]["alloc_size"])

@@ -18,6 +18,7 @@ import torch
 from pytest_autotune.problems.inputs import materialize
 from pytest_autotune.problems.loader import LoadedProblem
 from pytest_autotune.problems.model import SourceFile
+from pytest_autotune.sandbox.child import HarnessRefusal, h_prepare
 from pytest_autotune.sandbox.outputs import harness_reads, mode_stack_depths, output_problem
 from pytest_autotune.sandbox.tamper import TamperSnapshot
 
@@ -59,20 +60,28 @@ def test_lazy_output_defers_work_to_a_naive_reader_and_not_to_ours(name):
             assert torch.allclose(raw[: x.shape[0] // 2], expect[: x.shape[0] // 2])
 
 
-def test_mode_left_pushed_precomputes_while_inputs_are_built_unless_functions_are_disabled():
+def test_mode_left_pushed_precomputes_while_inputs_are_built_and_the_sandbox_refuses_to_build_then():
     mod = _cheat("cheat_mode_precompute")  # pushes its mode at import
     try:
         assert mode_stack_depths()["torch_function"] >= 1
         mod._answers.clear()
-        materialize(PROBLEM, {"seed": 5})  # a harness that builds inputs with the mode active
+        materialize(PROBLEM, {"seed": 5})  # a harness that builds inputs with the mode on the stack
         assert mod._answers, "the mode saw the input being built and computed the answer ahead of the call"
-        mod._answers.clear()
-        with harness_reads():
-            materialize(PROBLEM, {"seed": 6})
-        assert not mod._answers, "with torch functions disabled the mode sees nothing"
+        st = _child_state()
+        with pytest.raises(HarnessRefusal, match="mode"):  # the sandbox will not build inputs under a mode
+            h_prepare(st, {"p1": [{"seed": 1}], "p2": [{"seed": 2}], "fingerprint": None})
     finally:
         mod._mode.__exit__(None, None, None)
     assert mode_stack_depths()["torch_function"] == 0
+
+
+def _child_state():
+    from pytest_autotune.sandbox.child import ChildState
+
+    init = {"role": "candidate", "threads": 1, "problem": PROBLEM.src.wire(), "source": None, "class_name": "ModelNew",
+            "init_seed": 1, "sizes": {}, "disable_gc": False,
+            "device": {"target": "pytest_autotune.measure.devices.cpu:CpuDevice", "index": 0, "options": {}}}
+    return ChildState(init)
 
 
 def test_finalizer_runs_where_the_output_is_freed():

@@ -31,12 +31,14 @@ class TimedOutputsGate(Gate):
         ctx.details["verified_rounds"] = chosen
         for ri in chosen:
             r = ev.rounds[ri]
-            recipes = r.recipes_p1 + r.recipes_p2  # B(p1) ran on p1, B(p2) on p2, and their outputs were kept so
-            if len(r.prints) != len(recipes):
+            n_calls = int(r.recipes_p1["count"]) + int(r.recipes_p2["count"])
+            if len(r.prints) != n_calls:
                 return GateOutcome.refuse(
-                    "integrity", f"round {ri}: {len(r.prints)} timed outputs reported for {len(recipes)} calls")
-            for ci, (recipe, fp) in enumerate(zip(recipes, r.prints)):
-                golden = as_list(ctx.golden(recipe))
+                    "integrity", f"round {ri}: {len(r.prints)} timed outputs reported for {n_calls} calls")
+            # B(p1) ran on p1's sets, B(p2) on p2's, and their outputs were kept in that order
+            goldens = ctx.golden.stream(r.recipes_p1) + ctx.golden.stream(r.recipes_p2)  # type: ignore[attr-defined]
+            for ci, (gold, fp) in enumerate(zip(goldens, r.prints)):
+                golden = as_list(gold)
                 if len(fp) != len(golden):
                     return GateOutcome.refuse("integrity", f"round {ri}, call {ci}: output structure changed")
                 for g, f in zip(golden, fp):

@@ -1,8 +1,8 @@
 """The paired timing schedule, driven by the controller across two sandboxes (docs/architecture.md).
 
 The baseline arm ``A`` runs in a sandbox that never imported the candidate; the candidate arm ``B`` in its own.
-Round ``r``: both sandboxes build the same two input groups ``p1`` and ``p2`` (``k`` distinct input sets each, from
-seeds the controller draws now) at once; then the controller asks for four samples, one at a time, alternating
+Round ``r``: both sandboxes build the same two input groups ``p1`` and ``p2`` (``k`` distinct input sets each, a
+stream from a seed the controller draws now: problems/inputs.py ``materialize_stream``) at once; then the controller asks for four samples, one at a time, alternating
 ``A(p1) B(p1) B(p2) A(p2)`` (ABBA) and ``B(p1) A(p1) A(p2) B(p2)`` (BAAB) from round to round, so each arm takes
 each position equally often. Every input set is seen exactly once by each arm, so no arm can replay an earlier
 answer. Each sample's window on the controller's clock, the sandbox's own stamps, and the CPU both sandboxes used
@@ -60,8 +60,8 @@ class SampleRecord(NamedTuple):
 class RoundRecord:
     index: int
     order: str  # "ABBA" | "BAAB"
-    recipes_p1: list
-    recipes_p2: list
+    recipes_p1: dict  # stream recipes {"seed", "count"}: the k input sets of each group
+    recipes_p2: dict
     samples: tuple[SampleRecord, ...]  # in the order they ran
     prints: list = field(default_factory=list)  # candidate output fingerprints: [B(p1) calls..., B(p2) calls...]
     #: CPU seconds each sandbox used building this round's inputs (the same work in both)
@@ -217,7 +217,7 @@ def _affinity(pid: int) -> set:
         return set()
 
 
-def _calibrate(drv: _Driver, warm: list, plan: TimingPlan, graph_below_s: float) -> tuple[int, dict, dict]:
+def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float) -> tuple[int, dict, dict]:
     cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
     per_call = min(float(c["per_call_s"]) for c in cal.values())
     k = choose_calls_per_sample(per_call, plan)
@@ -237,10 +237,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     t_start = time.perf_counter()
     drv = _Driver({"A": baseline, "B": candidate}, sample_cpus)
 
-    def recipe(purpose: str, i: int) -> dict:
-        return {"seed": seeds.seed(purpose, i)}
-
-    warm = [recipe("warmup", i) for i in range(max(1, plan.warmup_calls + plan.calibration_calls))]
+    warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
     k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s)
     ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
     budget = plan.item_budget_s * budget_scale
@@ -248,9 +245,9 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     prints_of: Optional[RoundRecord] = None
     while True:
         r_index = len(ev.rounds)
-        p1 = [recipe("timing", n_seed + j) for j in range(k)]
-        p2 = [recipe("timing", n_seed + k + j) for j in range(k)]
-        n_seed += 2 * k
+        p1 = {"seed": seeds.seed("timing", n_seed), "count": k}
+        p2 = {"seed": seeds.seed("timing", n_seed + 1), "count": k}
+        n_seed += 2
         fp = {"positions_seed": secrets.randbits(63)} if prints_of is not None else None
         t_prep = time.perf_counter()
         prep = drv.both({arm: {"cmd": "prepare", "p1": p1, "p2": p2, "fingerprint": fp,

@@ -133,6 +133,36 @@ def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
     return out
 
 
+def materialize_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
+                       generate_on: Optional[torch.device] = None) -> list[list]:
+    """The ``recipe["count"]`` input sets of a stream recipe ``{"seed": s, "count": k}``: the problem's
+    ``get_inputs()`` called k times in a row after one seeding, so a timing round's k distinct input sets cost one
+    seeding, not k (seeding every RNG of the process costs more than drawing a small input on a GPU). Both sides
+    draw the same sets in the same order. A problem whose ``get_inputs()`` seeds the RNG itself would repeat one set;
+    then each set gets its own seed derived from the stream's, as a single recipe would."""
+    seed, count = int(recipe["seed"]), int(recipe["count"])
+    sizes = recipe.get("sizes") or {}
+    with problem.sizes(sizes):
+        if generate_on is not None:
+            with generate_on:
+                sets = problem.input_stream(seed, count)
+        else:
+            sets = problem.input_stream(seed, count)
+    if count >= 2 and _same_set(sets[0], sets[1]):
+        return [materialize(problem, {"seed": (seed + 0x9E3779B97F4A7C15 * (j + 1)) % (1 << 63), "sizes": sizes},
+                            to_device, generate_on) for j in range(count)]
+    if to_device is not None:
+        sets = [[to_device(x) if isinstance(x, torch.Tensor) else x for x in xs] for xs in sets]
+    return sets
+
+
+def _same_set(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    ta = [x for x in a if isinstance(x, torch.Tensor)]
+    tb = [x for x in b if isinstance(x, torch.Tensor)]
+    return bool(ta) and len(ta) == len(tb) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(ta, tb))
+
+
 def inputs_signature(inputs: Sequence[Any]) -> list[dict]:
     """Shapes/dtypes of the inputs (for probe strategies and reports)."""
     sig = []
@@ -145,5 +175,5 @@ def inputs_signature(inputs: Sequence[Any]) -> list[dict]:
     return sig
 
 
-__all__ = ["PATTERNS", "LAYOUTS", "materialize", "apply_pattern", "apply_layout", "inputs_signature",
+__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "apply_pattern", "apply_layout", "inputs_signature",
            "seed_everything"]

@@ -145,6 +145,14 @@ class LoadedProblem:
 
     def raw_inputs(self, seed: int) -> list:
         seed_everything(seed)
+        return self._get_inputs()
+
+    def input_stream(self, seed: int, count: int) -> list[list]:
+        """``count`` input sets: ``get_inputs()`` called ``count`` times after one seeding."""
+        seed_everything(seed)
+        return [self._get_inputs() for _ in range(count)]
+
+    def _get_inputs(self) -> list:
         try:
             got = self.module.get_inputs()
         except Exception as e:  # noqa: BLE001

@@ -12,9 +12,9 @@ why every answer is checked by the controller (docs/threat-model.md).
 
 Between the candidate's calls no candidate code may run (docs/threat-model.md, "no candidate code outside its
 calls"): the garbage collector stays off (collected only at fixed points before inputs exist, so ``gc.isenabled()``
-tells a timed call nothing), torch mode stacks must be empty whenever the harness builds or reads tensors, inputs
-are built and outputs read with torch functions disabled, outputs must be plain tensors, and the process leaves
-with ``os._exit`` (atexit handlers never run).
+tells a timed call nothing), torch mode stacks must be empty whenever the harness builds or reads tensors, outputs
+must be plain tensors and are read with torch functions disabled, and the process leaves with ``os._exit``
+(atexit handlers never run).
 
 Commands (one JSON message each; replies carry ``ok``): ``outputs`` (correctness and probes: one call per recipe,
 outputs exported by handle), ``calibrate``, ``configure``, ``prepare`` (build a round's two input groups, after
@@ -34,7 +34,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..problems.inputs import materialize
+from ..problems.inputs import materialize, materialize_stream
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
 from .outputs import (bits_equal, export_output, fingerprint, harness_reads, leaves, mode_stack_depths, modes_left,
@@ -164,14 +164,24 @@ class ChildState:
                                  "builds or reads (work outside the candidate's calls)")
 
     def inputs(self, recipe: dict) -> list:
+        """The recipe's inputs. Built with torch functions enabled: drawing them on a GPU goes through
+        ``torch.device``'s own mode; the callers require the mode stacks empty before and after, so no mode of the
+        candidate's can see them being built."""
         r = dict(recipe)
         sizes = dict(self.sizes)
         sizes.update(r.get("sizes") or {})
         r["sizes"] = sizes
-        with harness_reads():
-            if self.framework == "mlx":
-                return [self.device.to_device(x) for x in materialize(self.problem, r)]
-            return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
+        if self.framework == "mlx":
+            return [self.device.to_device(x) for x in materialize(self.problem, r)]
+        return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
+
+    def input_stream(self, recipe: dict) -> list[list]:
+        """A stream recipe's input sets (timing groups, calibration); see ``inputs.materialize_stream``."""
+        r = dict(recipe)
+        r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
+        if self.framework == "mlx":
+            return [[self.device.to_device(x) for x in xs] for xs in materialize_stream(self.problem, r)]
+        return materialize_stream(self.problem, r, self.device.to_device, self.device.generation_device())
 
     def call(self, model: Any, inputs: list) -> Any:
         if self.framework == "torch":
@@ -249,7 +259,8 @@ def h_calibrate(st: ChildState, msg: dict) -> dict:
     st.release()
     gc.collect()
     model = st.model()
-    batches = [st.inputs(r) for r in msg["warmup"]]
+    st.require_no_modes("before calibration inputs were built")
+    batches = st.input_stream(msg["warmup"])
     for b in batches:
         out = st.call(model, b)
         st.device.synchronize()
@@ -291,7 +302,7 @@ def h_prepare(st: ChildState, msg: dict) -> dict:
     st.batches = {}
     gc.collect()
     st.require_no_modes("before the round's inputs were built")
-    st.batches = {"p1": [st.inputs(r) for r in msg["p1"]], "p2": [st.inputs(r) for r in msg["p2"]]}
+    st.batches = {"p1": st.input_stream(msg["p1"]), "p2": st.input_stream(msg["p2"])}
     st.device.synchronize()
     st.require_no_modes("while the round's inputs were built")
     return {"prints": prints, "threads": os_thread_count(),

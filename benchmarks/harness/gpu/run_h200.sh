@@ -6,6 +6,8 @@
 #   bash benchmarks/harness/gpu/run_h200.sh full       # the bundled suite + the two A/A yardsticks in ONE pytest
 #                                                      #   call (run1.json), then triton do_bench on every accepted pair
 #   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement
+#   bash benchmarks/harness/gpu/run_h200.sh aa-spread  # GPU cheats, then the 130 us A/A yardstick N times with fresh
+#                                                      #   timing sandboxes and with the correctness sandbox reused
 #
 # Run from the repository root. Wheels of packages the host lacks (sqlite-utils and its pure-Python needs) are taken
 # from .whl/ when present. Everything lands in $OUT (default /tmp/h200-out) as it is produced, so a call cut short
@@ -71,6 +73,26 @@ full)
   suite run1
   run timeout 100 python3 "$HERE/outside_timers.py" dobench --report "$OUT/run1.json" --out "$OUT/dobench.json"
   python3 "$HERE/summarize.py" "$OUT" run1 2>>"$LOG"
+  ;;
+aa-spread)
+  run timeout 240 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
+    --junitxml="$OUT/gpu_cheats.xml"
+  grep -E "passed|failed|error" "$LOG" | tail -2
+  for v in fresh same; do
+    d="/tmp/aa/$v"; mkdir -p "$d/problems"; printf '[pytest]\n' > "$d/pytest.ini"
+    for i in $(seq 1 "${AA_N:-4}"); do cp "$HERE/problems/aa_relu_130us.py" "$d/problems/aa130_$i.py"; done
+    python3 -c "import sys; t=open('protocol.toml').read(); print(t if sys.argv[1]=='fresh' else t.replace('fresh_sandboxes = true', 'fresh_sandboxes = false'), end='')" "$v" > "$d/protocol.toml"
+    ( cd "$d" && AUTOTUNE_PARTIAL="$OUT/aa-$v.partial.jsonl" timeout -k 10 -s INT 200 python3 -m pytest "${PLUGIN[@]}" \
+        -p harness_plugin -p no:cacheprovider -c pytest.ini --rootdir="$d" -q --device=cuda --autotune \
+        --autotune-exploratory --autotune-aa --problems=problems --autotune-json="$OUT/aa-$v.json" ) >>"$LOG" 2>&1
+    say "aa-$v rc=$?"
+    python3 -c "
+import json,sys
+for it in json.load(open(sys.argv[1]))['items']:
+    ci=it.get('ci') or [0,0]; d=it.get('details') or {}
+    print(sys.argv[2], it['problem'], it['verdict'], it.get('speedup'), ci, (d.get('timing') or {}).get('calls_per_sample'), round(d.get('item_seconds',0),1))
+" "$OUT/aa-$v.json" "$v" 2>&1 | tee -a "$LOG"
+  done
   ;;
 remeasure)
   suite run2

@@ -360,9 +360,20 @@ class CudaDevice(Device):
                 pass
             self._side = None  # the allocator may still route that stream's allocations to the dead pool
             del outputs, graph
+            self._reset_rng()
             raise CaptureFailed(f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}")
         self._counts["captures"] += 1
         return Graph(fn, key, graph, static, outputs, inner)
+
+    def _reset_rng(self) -> None:
+        """A capture that failed leaves the default CUDA generator believing a capture is under way, and every
+        later draw raises ("Offset increment outside graph capture"): the sandbox draws its inputs on this GPU, so
+        give the generator a fresh state with the same seed and offset."""
+        try:
+            gen = torch.cuda.default_generators[self.index]
+            gen.graphsafe_set_state(gen.clone_state())
+        except (AttributeError, IndexError, RuntimeError) as e:
+            self._counts.setdefault("rng_reset_errors", []).append(str(e)[:200])
 
     def _calibration_probe(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]], sample: Sample) -> None:
         """During calibration (single-call samples before any sample of ``k > 1`` calls): can this call be

@@ -81,6 +81,7 @@ class ItemRun:
     started: float
     choice: Optional[BaselineChoice] = None
     baseline_src: Optional[SourceFile] = None
+    candidate_probe: Optional[dict] = None  # graph-capture probe made in the correctness sandbox
     boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
 
     @property
@@ -149,12 +150,13 @@ class KernelFlow:
         finally:
             ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
-    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource) -> TimingEvidence:
+    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource,
+                candidate_probe: Optional[dict] = None) -> TimingEvidence:
         env = self.env
         return run_paired_timing(cand, base, env.protocol, env.protocol.timing_plan(env.device_spec.name), seeds,
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
-                                 budget_scale=env.budget_scale, sample_cpus=env.cpus)
+                                 budget_scale=env.budget_scale, sample_cpus=env.cpus, candidate_probe=candidate_probe)
 
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
@@ -276,6 +278,8 @@ class KernelFlow:
                 refused = self._timed(item, box)
                 if refused:
                     return refused
+            else:
+                item.candidate_probe = self._probe_graphs(box, ctx)
         if env.protocol.timing.fresh_sandboxes:
             # both arms start timing from the same process history: a candidate sandbox as fresh as the baseline's
             with env.lock.shared():
@@ -292,6 +296,17 @@ class KernelFlow:
                                          warnings=tuple(ctx.warnings), details=self._details(item)),
                            result=result)
 
+    def _probe_graphs(self, box: Sandbox, ctx: GateContext) -> Optional[dict]:
+        """The candidate's graph-capture probe, in the sandbox that ran correctness (it is not timed): a capture
+        that fails can leave the candidate's own streams capturing for good, and that process with them."""
+        if not float(self.env.device.options.get("graph_below_s", 0.0) or 0.0):
+            return None
+        reply = box.request({"cmd": "probe_graphs",
+                             "warmup": {"seed": ctx.seeds.seed("graph-probe"), "count": 3}}, phase="graph probe")
+        if not reply.get("ok"):
+            raise CandidateFailure(str(reply.get("error")))
+        return dict(reply.get("timing_info") or {})
+
     def _adopt(self, ctx: GateContext, box: Sandbox) -> None:
         """``box`` is now the item's candidate sandbox: what its import did is evidence for the tamper gate."""
         ctx.sandbox = box
@@ -307,7 +322,7 @@ class KernelFlow:
         with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}", ctx) as base:
             item.boxes["baseline"] = base
             try:
-                ev = self._timing(box, base, ctx.seeds)
+                ev = self._timing(box, base, ctx.seeds, item.candidate_probe)
             except TimingRefused as e:
                 return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
         ctx.timing = ev

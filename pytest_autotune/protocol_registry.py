@@ -15,7 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
-    "2": "e2ee294d94f09eac9a3eaffca7834bb4c07691ec70aa465acdbc7caf594ffa5e",
+    "2": "5576d785944cff966ca32ea41df15a116029777757f1858fef5cb535dff26120",
 }
 
 

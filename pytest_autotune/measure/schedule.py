@@ -217,11 +217,17 @@ def _affinity(pid: int) -> set:
         return set()
 
 
-def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float) -> tuple[int, dict, dict]:
+def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float,
+               candidate_probe: Optional[dict]) -> tuple[int, dict, dict]:
+    if candidate_probe is not None:  # the candidate's capture probe ran in another sandbox: none in this one
+        drv.both({"B": {"cmd": "configure", "timing": {"capture_probes": False}}}, "configure")
     cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
     per_call = min(float(c["per_call_s"]) for c in cal.values())
     k = choose_calls_per_sample(per_call, plan)
-    mode = decide_timing_mode({arm: c.get("timing_info") or {} for arm, c in cal.items()}, graph_below_s)
+    infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
+    if candidate_probe is not None:
+        infos["B"] = candidate_probe
+    mode = decide_timing_mode(infos, graph_below_s)
     conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode} for arm in drv.boxes}, "configure")
     calibration = {arm: {"per_call_s": c["per_call_s"], "single_call_s": c.get("single_call_s")}
                    for arm, c in cal.items()}
@@ -231,14 +237,15 @@ def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float)
 
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
                       *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
-                      sample_cpus: Optional[list[int]] = None) -> TimingEvidence:
+                      sample_cpus: Optional[list[int]] = None, candidate_probe: Optional[dict] = None) -> TimingEvidence:
     """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they build a round's inputs
-    they may use every CPU."""
+    they may use every CPU. ``candidate_probe``: the candidate's graph-capture probe, made in a sandbox that is not
+    timed (then the timing sandbox makes none)."""
     t_start = time.perf_counter()
     drv = _Driver({"A": baseline, "B": candidate}, sample_cpus)
 
     warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
-    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s)
+    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, candidate_probe)
     ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
     budget = plan.item_budget_s * budget_scale
     n_seed = 0

@@ -280,6 +280,19 @@ def h_calibrate(st: ChildState, msg: dict) -> dict:
             "timing_info": st.device.timing_info(), "threads": os_thread_count(), "tamper": st.tamper_changes()}
 
 
+def h_probe_graphs(st: ChildState, msg: dict) -> dict:
+    """Can this arm be captured as a CUDA graph, and how fast is one call then? Single-call samples that the device
+    also test-captures (a device without graphs reports nothing). Run in a sandbox that will not be timed."""
+    st.release()
+    gc.collect()
+    model = st.model()
+    st.require_no_modes("before probe inputs were built")
+    batches = st.input_stream(msg["warmup"])
+    for b in batches:
+        st.device.timed(lambda *x: st.call(model, list(x)), [b])
+    return {"timing_info": st.device.timing_info()}
+
+
 def h_configure(st: ChildState, msg: dict) -> dict:
     st.k = int(msg.get("k", 1))
     st.device.configure_timing(dict(msg.get("timing") or {}))
@@ -347,6 +360,7 @@ HANDLERS = {
     "outputs": h_outputs,
     "calibrate": h_calibrate,
     "configure": h_configure,
+    "probe_graphs": h_probe_graphs,
     "prepare": h_prepare,
     "sample": h_sample,
     "fingerprint": h_fingerprint,

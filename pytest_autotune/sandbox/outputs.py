@@ -108,6 +108,10 @@ def export_output(device: Device, out: Any) -> list[dict]:
         return [device.export_tensor(t) for t in leaves(out)]
 
 
+#: elements per float64 chunk of a fingerprint (32 MiB)
+_FP_CHUNK = 1 << 22
+
+
 def fingerprint(out: Any, gen: torch.Generator, n_positions: int) -> list[dict]:
     """Cheap summaries of one plain output at positions drawn now: float64 sums and a few values, computed where
     the output lives (on a GPU, device reductions; only scalars reach the host)."""
@@ -120,12 +124,16 @@ def fingerprint(out: Any, gen: torch.Generator, n_positions: int) -> list[dict]:
                 prints.append({"numel": 0})
                 continue
             idx = torch.randint(0, n, (min(n_positions, n),), generator=gen)
-            f64 = flat.to(torch.float64)
-            sums = torch.stack([f64.sum(), f64.abs().sum()]).cpu()
+            acc = torch.zeros(2, dtype=torch.float64, device=flat.device)
+            for i in range(0, n, _FP_CHUNK):  # float64 in chunks: no full-size temporary beside the outputs
+                c = flat[i:i + _FP_CHUNK].to(torch.float64)
+                acc[0] += c.sum()
+                acc[1] += c.abs().sum()
+            sums = acc.cpu()
             prints.append({
                 "numel": n, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
                 "sum": float(sums[0]), "abs_sum": float(sums[1]), "index": idx,
-                "values": f64[idx.to(flat.device)].cpu(),
+                "values": flat[idx.to(flat.device)].to(torch.float64).cpu(),
             })
     return prints
 

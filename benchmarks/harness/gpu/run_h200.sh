@@ -97,6 +97,9 @@ for it in json.load(open(sys.argv[1]))['items']:
 remeasure)
   suite run2
   python3 "$HERE/summarize.py" "$OUT" run2 2>>"$LOG"
+  run timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
+    --junitxml="$OUT/gpu_cheats.xml"
+  grep -E "passed|failed|error" "$LOG" | tail -2
   ;;
 *)
   echo "unknown mode $MODE (smoke | full | remeasure)" >&2; exit 2 ;;

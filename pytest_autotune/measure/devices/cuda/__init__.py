@@ -74,6 +74,7 @@ class CudaDevice(Device):
         self._fastest_graph_call_s = math.inf
         self._fastest_eager_call_s = math.inf
         self._capture_failures: list[str] = []
+        self._capture_probes = True
         self._mode_reason = "undecided"
         self._counts: dict[str, Any] = {
             "eager_samples": 0, "graph_samples": 0, "captures": 0, "inner_event_samples": 0,
@@ -378,7 +379,7 @@ class CudaDevice(Device):
     def _calibration_probe(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]], sample: Sample) -> None:
         """During calibration (single-call samples before any sample of ``k > 1`` calls): can this call be
         captured, and how long does it take on the GPU without launch overhead?"""
-        if self.graph_below_s <= 0:
+        if self.graph_below_s <= 0 or not self._capture_probes:
             return
         self._fastest_eager_call_s = min(self._fastest_eager_call_s, sample.seconds)
         if (self._capture_failures or self._calibration_captures >= _MAX_CALIBRATION_CAPTURES
@@ -431,7 +432,11 @@ class CudaDevice(Device):
             self._mode_reason = f"eager: fastest calibration call {fastest * 1e6:.2f} us >= {below * 1e6:g} us"
 
     def configure_timing(self, options: dict[str, Any]) -> None:
-        """The controller's decision for both arms: ``{"graphs": bool, "reason": str}``."""
+        """The controller's decisions: ``{"capture_probes": False}`` before calibration (this sandbox must not
+        test-capture its arm: a failed capture can leave the arm's own streams capturing for good, and its memory
+        with them; the probe ran in another sandbox), then ``{"graphs": bool, "reason": str}`` for both arms."""
+        if "capture_probes" in options:
+            self._capture_probes = bool(options["capture_probes"])
         if "graphs" in options:
             self._use_graphs = bool(options["graphs"])
             self._mode_reason = str(options.get("reason") or ("graph" if self._use_graphs else "eager"))

@@ -247,6 +247,14 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
     k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, candidate_probe)
     ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
+    # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
+    # done once per process lands in a sample that counts
+    warm_round = {arm: {"cmd": "prepare", "p1": {"seed": seeds.seed("warm-round", 0), "count": k},
+                        "p2": {"seed": seeds.seed("warm-round", 1), "count": k}, "fingerprint": None}
+                  for arm in drv.boxes}
+    drv.both(warm_round, "timing (warm-up round)", spread=True)
+    for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")):
+        drv.sample(arm, group, 0, "timing (warm-up round)")
     budget = plan.item_budget_s * budget_scale
     n_seed = 0
     prints_of: Optional[RoundRecord] = None

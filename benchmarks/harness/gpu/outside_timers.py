@@ -7,7 +7,8 @@
 ``dobench``: every accepted pair of a JSON report (candidate and the baseline it was measured against, A/A items
 included) timed with ``triton.testing.do_bench`` (median of its reps, its own L2 flush before each rep, one
 fixed input set as do_bench is normally used), in the order base, cand, cand, base; speedup = (base1 + base2) /
-(cand1 + cand2). ``naive``: the way many benchmarks read an A/A: time A (events around N back-to-back calls on
+(cand1 + cand2). ``--rotate N`` also times each pair the way the harness feeds calls: every rep on the next of N
+input sets (fresh memory each call, as pytest-autotune's distinct inputs per call), reported as ``dobench_rot``. ``naive``: the way many benchmarks read an A/A: time A (events around N back-to-back calls on
 one input, no flush), then time A again (a second instance), speedup = first / second; repeated ``--trials``
 times. ``mode``: which timing mode the CUDA device picks for each problem and what it reads per call.
 On a machine without CUDA every timer falls back to ``time.perf_counter`` (only to test this script).
@@ -69,10 +70,22 @@ class Pair:
             self.cand = self.problem.build(cls_for(candidate, "candidates"), INIT_SEED, "candidate").to(DEVICE)
         self.inputs = materialize(self.problem, {"seed": INPUT_SEED, "sizes": self.sizes}, _to_device)
 
-    def call(self, which: str) -> Callable[[], Any]:
+    def call(self, which: str, rotate: int = 0) -> Callable[[], Any]:
         m = self.base if which == "base" else self.cand
-        x = self.inputs
-        return lambda: m(*x)
+        if rotate <= 1:
+            x = self.inputs
+            return lambda: m(*x)
+        if not hasattr(self, "_pool"):
+            self._pool = [materialize(self.problem, {"seed": INPUT_SEED + 1 + i, "sizes": self.sizes}, _to_device)
+                          for i in range(rotate)]
+        state = {"i": 0}
+
+        def rotating() -> Any:
+            xs = self._pool[state["i"] % len(self._pool)]
+            state["i"] += 1
+            return m(*xs)
+
+        return rotating
 
 
 def _do_bench(fn: Callable[[], Any]) -> float:
@@ -108,6 +121,13 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             c1 = _do_bench(pair.call("cand"))
             c2 = _do_bench(pair.call("cand"))
             b2 = _do_bench(pair.call("base"))
+            rot = None
+            if args.rotate > 1:
+                rb1 = _do_bench(pair.call("base", args.rotate))
+                rc1 = _do_bench(pair.call("cand", args.rotate))
+                rc2 = _do_bench(pair.call("cand", args.rotate))
+                rb2 = _do_bench(pair.call("base", args.rotate))
+                rot = (rb1 + rb2) / (rc1 + rc2)
         except Exception as e:  # noqa: BLE001 - report and go on with the other pairs
             rows.append({"nodeid": it["nodeid"], "error": f"{type(e).__name__}: {e}"})
             continue
@@ -123,8 +143,10 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             "dobench_s": {"base": [b1, b2], "cand": [c1, c2]}, "ours_s": {"base": it.get("baseline_s"),
                                                                             "cand": it.get("candidate_s")},
             "abs_log_ratio": abs(math.log(ours / db)), "seconds": round(time.perf_counter() - t0, 2),
+            "dobench_rot": rot, "abs_log_ratio_rot": abs(math.log(ours / rot)) if rot else None,
         })
-        print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}", flush=True)
+        print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}  "
+              f"rotating {rot or 0:6.3f}", flush=True)
     good = [r for r in rows if "error" not in r]
     return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
             "rows": rows,
@@ -217,6 +239,7 @@ def main(argv: list[str]) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dobench")
     d.add_argument("--report", required=True)
+    d.add_argument("--rotate", type=int, default=0, help="also time every rep on the next of N input sets")
     d.add_argument("--out", required=True)
     n = sub.add_parser("naive")
     n.add_argument("--problems", required=True)

@@ -71,7 +71,7 @@ smoke)
   ;;
 full)
   suite run1
-  run timeout 100 python3 "$HERE/outside_timers.py" dobench --report "$OUT/run1.json" --out "$OUT/dobench.json"
+  run timeout 150 python3 "$HERE/outside_timers.py" dobench --rotate 8 --report "$OUT/run1.json" --out "$OUT/dobench.json"
   python3 "$HERE/summarize.py" "$OUT" run1 2>>"$LOG"
   ;;
 aa-spread)

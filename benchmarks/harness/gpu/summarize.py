@@ -89,6 +89,7 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
             row["speedup2"], row["ci2"], row["verdict2"] = r2.get("speedup"), r2.get("ci"), r2.get("verdict")
         if nid in dbrows:
             row["dobench"] = dbrows[nid]["dobench"]
+            row["dobench_rot"] = dbrows[nid].get("dobench_rot")
         suite.append(row)
     s["suite"] = suite
     times = [(it.get("details") or {}).get("item_seconds") for it in i1.values()]
@@ -145,6 +146,10 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
             "median_abs_log_ratio": statistics.median(r["abs_log_ratio"] for r in cand) if cand else None,
             "max_abs_log_ratio": max(r["abs_log_ratio"] for r in cand) if cand else None,
             "within_bar": sum(1 for r in cand if r["abs_log_ratio"] <= math.log1p(DOBENCH_BAR)), "bar": DOBENCH_BAR,
+            "within_bar_rot": sum(1 for r in cand if (r.get("abs_log_ratio_rot") or 9) <= math.log1p(DOBENCH_BAR)),
+            "median_abs_log_ratio_rot": statistics.median(r["abs_log_ratio_rot"] for r in cand
+                                                          if r.get("abs_log_ratio_rot") is not None)
+            if any(r.get("abs_log_ratio_rot") is not None for r in cand) else None,
             "aa": {r["problem"]: r["dobench"] for r in good if r.get("candidate") == "reference-aa"},
         }
 
@@ -178,15 +183,16 @@ def render(s: dict[str, Any]) -> str:
                      f"{smi.get('clocks.max.sm')} mem {smi.get('clocks.max.mem')}")
     lines.append("")
     lines.append("| problem | candidate | baseline | verdict | speedup [95% CI] | pairs | k | item s | duty | "
-                 "re-measure | do_bench |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                 "re-measure | do_bench | do_bench rotating |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.get("suite", []):
         ci = r.get("ci") or [None, None]
         sp = f"{_fmt(r.get('speedup'))} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if r.get("speedup") else "-"
         verdict = r["verdict"] + (f" ({r['gate']})" if r.get("gate") else "")
         lines.append(f"| {r['problem']} | {r['candidate']} | {r.get('baseline') or '-'} | {verdict} | {sp} | "
                      f"{r.get('n_pairs') or '-'} | {r.get('calls_per_sample') or '-'} | {_fmt(r.get('item_seconds'), 1)} | "
-                     f"{_fmt(r.get('duty_cycle'), 2)} | {_fmt(r.get('speedup2'))} | {_fmt(r.get('dobench'))} |")
+                     f"{_fmt(r.get('duty_cycle'), 2)} | {_fmt(r.get('speedup2'))} | {_fmt(r.get('dobench'))} | "
+                     f"{_fmt(r.get('dobench_rot'))} |")
         if r["verdict"] != "accepted":
             lines.append(f"|  | {r['reason'][:180]} |")
     lines.append("")
@@ -221,7 +227,9 @@ def render(s: dict[str, Any]) -> str:
         d = s["dobench"]
         lines.append(f"do_bench agreement: {d['n']} pairs, median |log(ours/do_bench)| "
                      f"{_fmt(d['median_abs_log_ratio'], 4)}, max {_fmt(d['max_abs_log_ratio'], 4)}; within "
-                     f"{100 * d['bar']:g}%: {d['within_bar']}; errors: {len(d['errors'])}")
+                     f"{100 * d['bar']:g}%: {d['within_bar']}; rotating inputs: median |log| "
+                     f"{_fmt(d.get('median_abs_log_ratio_rot'), 4)}, within {100 * d['bar']:g}%: "
+                     f"{d.get('within_bar_rot')}; errors: {len(d['errors'])}")
     for name, m in (s.get("mode") or {}).items():
         lines.append(f"timing mode {name}: {m.get('mode')} (k={m.get('calls_per_sample')}, "
                      f"{(m.get('per_call_s') or 0) * 1e6:.2f} us/call; {m.get('reason')})")

@@ -13,6 +13,7 @@ frozen baseline, never the candidate). Golden outputs are computed here, on the 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,11 @@ class KernelFlow:
     def _start(self, init: dict, label: str, ctx: Optional[GateContext] = None) -> Sandbox:
         t0 = time.perf_counter()
         box = self.env.pool.start(init, label=label)
+        if self.env.cpus and hasattr(os, "sched_setaffinity"):
+            try:  # the main thread only: threads the runtime started while the sandbox loaded stay free
+                os.sched_setaffinity(box.pid, set(self.env.cpus))
+            except OSError:
+                pass
         if ctx is not None:
             ctx.details.setdefault("sandbox_start_s", {})[init["role"]] = round(time.perf_counter() - t0, 4)
         if not box.hello.get("ok"):

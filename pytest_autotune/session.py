@@ -289,12 +289,12 @@ class AutotuneSession:
         return self._flow
 
     def _sandbox_cpus(self) -> Optional[list[int]]:
-        """[timing].pin = "same-cpu" on the CPU device: both sandboxes of an item share one CPU, so neither arm gets
-        a quieter core (the controller keeps the last allowed CPU for them; xdist worker gwN: the N-th from the
-        end). Only there: on a GPU the host side launches kernels, and confining a sandbox -- and its runtime's
-        threads -- to one core slowed launch-bound calls by half on an H200 (docs/results-h200.md)."""
-        if (self.protocol.timing.pin != "same-cpu" or self.opts.device != "cpu"
-                or not hasattr(os, "sched_getaffinity")):
+        """[timing].pin = "same-cpu": the main threads of both sandboxes of an item share one CPU, so neither arm
+        gets a quieter core (the controller keeps the last allowed CPU for them; xdist worker gwN: the N-th from the
+        end). Only the main thread: on a GPU the runtime's own threads must stay free (confining them with it
+        slowed launch-bound calls on an H200), and unpinned main threads moved an A/A by 0.5% there
+        (docs/results-h200.md)."""
+        if self.protocol.timing.pin != "same-cpu" or not hasattr(os, "sched_getaffinity"):
             return None
         allowed = sorted(os.sched_getaffinity(0))
         worker = 0

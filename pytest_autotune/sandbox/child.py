@@ -68,21 +68,12 @@ def _no_huge_pages() -> None:
         pass
 
 
-def _pin(cpus: Optional[list]) -> None:
-    if cpus and hasattr(os, "sched_setaffinity"):
-        try:
-            os.sched_setaffinity(0, {int(c) for c in cpus})
-        except OSError:
-            pass
-
-
 class ChildState:
     def __init__(self, init: dict) -> None:
         self.init = init
         self.role = init.get("role", "candidate")
         if self.role not in ROLES:
             raise ValueError(f"unknown sandbox role {self.role!r}")
-        _pin(init.get("cpus"))
         if init.get("thp") == "off":
             _no_huge_pages()
         self.threads = int(init["threads"])

@@ -13,7 +13,8 @@
 # from .whl/ when present. Everything lands in $OUT (default /tmp/h200-out) as it is produced, so a call cut short
 # still returns what it finished (harness_plugin.py appends each item to <report>.partial.jsonl). The summary
 # (summarize.py) is printed last; run it here on run1.json and run2.json together for the re-measure numbers.
-# Knobs: RUN_TIMEOUT (seconds for the suite's pytest call, default 470), EXTRA_PYTEST, K (a -k expression).
+# Knobs: RUN_TIMEOUT (seconds for the suite's pytest call, default 470), EXTRA_PYTEST, K (a -k expression),
+# SKIP_DOBENCH=1, ROTATE=N (do_bench also on N rotating input sets).
 set -u -o pipefail
 MODE="${1:-smoke}"
 OUT="${OUT:-/tmp/h200-out}"
@@ -71,7 +72,8 @@ smoke)
   ;;
 full)
   suite run1
-  run timeout 150 python3 "$HERE/outside_timers.py" dobench --rotate 8 --report "$OUT/run1.json" --out "$OUT/dobench.json"
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate "${ROTATE:-0}" \
+    --report "$OUT/run1.json" --out "$OUT/dobench.json"
   python3 "$HERE/summarize.py" "$OUT" run1 2>>"$LOG"
   ;;
 aa-spread)

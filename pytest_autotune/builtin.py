@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,11 +15,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class BuiltinParts:
     @pytest.hookimpl(trylast=True)
-    def pytest_autotune_provenance_keys(self, config: Any) -> list[ProvenanceKey]:
+    def pytest_autotune_provenance_keys(self, config: pytest.Config) -> list[ProvenanceKey]:
         return builtin_keys()
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_autotune_gates(self, config: Any) -> list["Gate"]:
+    def pytest_autotune_gates(self, config: pytest.Config) -> list["Gate"]:
         # imported here: gates pull in torch and hypothesis, which a plain `pytest --help` should not pay for
         from .gates.breaker import BreakerGate
         from .gates.clocks import DeviceClockGate, WallClockGate
@@ -45,7 +45,7 @@ class BuiltinParts:
         ]
 
     @pytest.hookimpl(trylast=True)
-    def pytest_autotune_devices(self, config: Any) -> list[DeviceSpec]:
+    def pytest_autotune_devices(self, config: pytest.Config) -> list[DeviceSpec]:
         return [
             DeviceSpec("cpu", "pytest_autotune.measure.devices.cpu:CpuDevice", "host CPU, protocol thread count"),
             DeviceSpec("cuda", "pytest_autotune.measure.devices.cuda:CudaDevice", "NVIDIA GPU, CUDA events"),
@@ -54,9 +54,9 @@ class BuiltinParts:
         ]
 
     @pytest.hookimpl(trylast=True)
-    def pytest_autotune_engines(self, config: Any) -> list:
+    def pytest_autotune_engines(self, config: pytest.Config) -> list:
         return []
 
     @pytest.hookimpl(trylast=True)
-    def pytest_autotune_frozen_protocols(self, config: Any) -> dict[str, str]:
+    def pytest_autotune_frozen_protocols(self, config: pytest.Config) -> dict[str, str]:
         return {}

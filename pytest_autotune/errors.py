@@ -31,10 +31,6 @@ class ValidatorRefusal(AutotuneError):
         self.rule = rule
 
 
-class DeviceUnavailable(AutotuneUsageError):
-    """The requested device cannot be used on this machine."""
-
-
 class ProblemLoadError(AutotuneError):
     """A problem or candidate file cannot be used; carries the file and the reason."""
 

@@ -27,7 +27,7 @@ import pytest
 
 from .errors import ProblemLoadError
 from .problems.loader import LoadedProblem
-from .problems.model import CandidateRef, KernelItemSpec, ProblemRef, SourceFile
+from .problems.model import CandidateKind, CandidateRef, KernelItemSpec, ProblemRef, SourceFile
 from .result import ItemOutcome
 from .seeds import SeedSource
 from .session import SESSION_KEY, AutotuneSession
@@ -125,7 +125,7 @@ class AutotuneFixture:
         if ppath is None:
             raise pytest.UsageError("autotune.run needs a problem: pass problem= or mark the test")
         cpath = _resolve(self.request, candidate)
-        kind = "mlx" if self.session.framework == "mlx" else "torch"
+        kind: CandidateKind = "mlx" if self.session.framework == "mlx" else "torch"
         spec = KernelItemSpec(nodeid=f"{self.request.node.nodeid}::{cpath.stem}", problem=ProblemRef(ppath.stem, ppath),
                               candidate=CandidateRef(cpath.stem, cpath, kind), device=self.session.opts.device)
         return self.session.run_item(spec).outcome

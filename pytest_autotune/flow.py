@@ -281,9 +281,9 @@ class KernelFlow:
                     spec, "accepted", None, "correctness and probes passed (not timed: run with --autotune)",
                     baseline=item.baseline_name, warnings=tuple(ctx.warnings), details=self._details(item)))
             if not env.protocol.timing.fresh_sandboxes:
-                refused = self._timed(item, box)
-                if refused:
-                    return refused
+                timed_refusal = self._timed(item, box)
+                if timed_refusal:
+                    return timed_refusal
             else:
                 item.candidate_probe = self._probe_graphs(box, ctx)
         if env.protocol.timing.fresh_sandboxes:
@@ -293,9 +293,9 @@ class KernelFlow:
             item.boxes["candidate (timing)"] = box
             with box:
                 self._adopt(ctx, box)
-                refused = self._timed(item, box)
-                if refused:
-                    return refused
+                timed_refusal = self._timed(item, box)
+                if timed_refusal:
+                    return timed_refusal
         result = self._result(item)
         return FlowVerdict(self._outcome(spec, "accepted", None, ctx.measurement.stop_reason if ctx.measurement else "",
                                          baseline=item.baseline_name, measurement=ctx.measurement, result=result,

@@ -1,24 +1,30 @@
 """pytest-autotune's extension points, as pluggy hook specifications.
 
-Implement them in a conftest.py or a plugin, exactly as the built-in parts do (see ``builtin.py``)::
+Implement them in a conftest.py or a plugin, exactly as the built-in parts do (see ``builtin.py`` and
+docs/architecture.md, "Extension hooks")::
 
     # conftest.py
     from pytest_autotune.gates import Gate, GateOutcome
 
     class NoSlowCandidates(Gate):
         name = "no-slow"
-        stages = ("integrity",)
+        stages = ("breaker",)        # correctness | probe | integrity | breaker
+        needs_timing = True          # only with --autotune (it reads the measurement)
+
         def check(self, ctx, stage):
-            if ctx.measurement and ctx.measurement.speedup < 0.5:
+            if ctx.measurement is not None and ctx.measurement.speedup < 0.5:
                 return GateOutcome.refuse(self.name, "more than 2x slower than the baseline")
+            return None
 
     def pytest_autotune_gates(config):
         return [NoSlowCandidates()]
+
+(tests/test_units.py::test_hookspec_example_runs runs this example.)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -30,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 @pytest.hookspec
-def pytest_autotune_provenance_keys(config: Any) -> "list[ProvenanceKey]":
+def pytest_autotune_provenance_keys(config: pytest.Config) -> "list[ProvenanceKey]":
     """Provenance keys to collect for every run (``scope="run"``) or item (``scope="item"``).
 
     Each key has a name, a type, a description and a collector. Built-in keys: protocol digest, git sha and
@@ -38,33 +44,40 @@ def pytest_autotune_provenance_keys(config: Any) -> "list[ProvenanceKey]":
     and per item the problem/candidate/baseline digests and the paired seeds. A run or result whose required
     keys cannot be collected is not recorded.
     """
+    raise NotImplementedError  # a specification: pluggy calls the implementations
 
 
 @pytest.hookspec
-def pytest_autotune_gates(config: Any) -> "list[Gate]":
-    """Gates to run on every kernel item. A gate has a ``name`` and a ``stage`` (``correctness``, ``probe``,
-    ``integrity`` or ``breaker``) and a ``check(ctx)`` returning ``None`` (pass) or a refusing
-    :class:`~pytest_autotune.gates.base.GateOutcome`. Stages run in the order of DESIGN §1; within a stage,
-    in registration order; the first refusal ends the item."""
+def pytest_autotune_gates(config: pytest.Config) -> "list[Gate]":
+    """Gates to run on every kernel item. A gate (:class:`~pytest_autotune.gates.Gate`) has a ``name``, the
+    ``stages`` it runs in (``correctness``, ``probe``, ``integrity``, ``breaker``), ``needs_timing`` when it only
+    runs with ``--autotune``, and ``check(ctx, stage)`` returning ``None`` (pass) or a refusing
+    :class:`~pytest_autotune.gates.GateOutcome`. ``ctx`` is the item's
+    :class:`~pytest_autotune.gates.GateContext`. Stages run in the order of the flow (docs/architecture.md);
+    within a stage, gates run in registration order; the first refusal ends the item."""
+    raise NotImplementedError  # a specification: pluggy calls the implementations
 
 
 @pytest.hookspec
-def pytest_autotune_devices(config: Any) -> "list[DeviceSpec]":
+def pytest_autotune_devices(config: pytest.Config) -> "list[DeviceSpec]":
     """Devices that ``--device`` can name. A :class:`~pytest_autotune.measure.devices.base.DeviceSpec` points
     (``"module:Class"``) at a :class:`~pytest_autotune.measure.devices.base.Device` subclass that the sandbox
     imports by name, so the module must be importable in a fresh interpreter."""
+    raise NotImplementedError  # a specification: pluggy calls the implementations
 
 
 @pytest.hookspec
-def pytest_autotune_engines(config: Any) -> "list[EngineSpec]":
+def pytest_autotune_engines(config: pytest.Config) -> "list[EngineSpec]":
     """Serving-engine launchers (engine × configuration items). Reserved for engine items."""
+    raise NotImplementedError  # a specification: pluggy calls the implementations
 
 
 @pytest.hookspec
-def pytest_autotune_frozen_protocols(config: Any) -> "dict[str, str]":
+def pytest_autotune_frozen_protocols(config: pytest.Config) -> "dict[str, str]":
     """Extra frozen protocol pins ``{version: sha256}`` for projects that keep their own protocol.toml."""
+    raise NotImplementedError  # a specification: pluggy calls the implementations
 
 
 @pytest.hookspec
-def pytest_autotune_result_written(row: dict, table: str, row_id: int, config: Any) -> None:
+def pytest_autotune_result_written(row: dict, table: str, row_id: int, config: pytest.Config) -> None:
     """Called in the controller after a row was committed to ``table`` (results, quarantine or rejections)."""

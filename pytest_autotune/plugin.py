@@ -23,7 +23,7 @@ from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, Pro
 from .session import SESSION_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY, AutotuneSession
 
 if TYPE_CHECKING:  # pragma: no cover
-    pass
+    from .flow import FlowVerdict
 
 BUNDLED_ROOT = Path("benchmarks") / "kernels"
 _VERDICT_KEY = pytest.StashKey["FlowVerdict"]()
@@ -182,7 +182,7 @@ class AutotuneFailure(Exception):
     """A gate refused the item (pytest failure)."""
 
 
-class AutotuneError(Exception):
+class AutotuneItemError(Exception):
     """The item could not be measured: sandbox crash, hang, memory limit (pytest error)."""
 
 
@@ -208,7 +208,7 @@ class KernelItem(pytest.Item):
                                      ("ci_high", f"{m.ci_high:.4f}"), ("baseline", o.baseline or ""),
                                      ("n_pairs", str(m.n_pairs))]
         if o.verdict == "error":
-            raise AutotuneError(f"ERROR ({o.gate}): {o.reason}")
+            raise AutotuneItemError(f"ERROR ({o.gate}): {o.reason}")
 
     def runtest(self) -> None:
         verdict = self.stash[_VERDICT_KEY]
@@ -220,8 +220,8 @@ class KernelItem(pytest.Item):
         if o.verdict == "rejected":
             raise AutotuneFailure(f"REJECTED by {o.gate}: {o.reason}")
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, (AutotuneFailure, AutotuneError)):
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, (AutotuneFailure, AutotuneItemError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
 
@@ -248,7 +248,7 @@ class BrokenFileItem(pytest.Item):
         self.user_properties += [("autotune_verdict", "rejected"), ("autotune_gate", "load")]
         raise AutotuneFailure(f"REJECTED by load: {self.reason}")
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, AutotuneFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)

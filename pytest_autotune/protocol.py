@@ -288,7 +288,7 @@ def _build(cls, data: Any, source: str, prefix: str, skip: tuple[str, ...] = ())
 
 def _convert(tp, value: Any, source: str, key: str, rule: dict) -> Any:
     origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return tp(**_build(tp, value, source, key))
     if origin in (collections.abc.Mapping, dict):
         if not isinstance(value, dict):

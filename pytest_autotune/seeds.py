@@ -20,6 +20,8 @@ def new_nonce() -> bytes:
 
 
 def nonce_commitment(nonce: bytes) -> str:
+    """``runs.nonce_sha256``: sha256 of the raw nonce bytes (hex). Written at begin, checked at finish and by
+    verify against the nonce revealed at finish (stored as ``nonce.hex()``)."""
     return hashlib.sha256(nonce).hexdigest()
 
 

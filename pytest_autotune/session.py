@@ -32,6 +32,8 @@ from .seeds import new_nonce, nonce_commitment
 
 if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, not with the plugin
     from .flow import FlowVerdict, KernelFlow
+    from .store import ResultStore
+    from .study.transfer import OriginIndex
     from .measure.devices.base import Device
     from .sandbox.runner import SandboxPool
 
@@ -103,14 +105,14 @@ class AutotuneSession:
         self.exploratory = self.opts.exploratory or not self.freeze.frozen
         self.surface = self._check_surface()
         self.outcomes: list[ItemOutcome] = []
-        self.store = None
+        self.store: Optional["ResultStore"] = None
         self.run: Optional[RunRecord] = None
         self.releases: dict[tuple[str, str], int] = {}
         self.worker_payload = WorkerPayload()
         self.store_errors: list[str] = []
         self._flow: Optional["KernelFlow"] = None
         self._pool: Optional["SandboxPool"] = None
-        self.origins = None  # OriginIndex for the held-out retest leg (controller, --device=mlx)
+        self.origins: Optional["OriginIndex"] = None  # the held-out retest leg's origins (controller, --device=mlx)
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])

@@ -1,12 +1,11 @@
-"""Test-suite configuration: pytester for end-to-end plugin tests, and a fast exploratory protocol for them."""
+"""Test-suite configuration: a fast exploratory protocol for the end-to-end tests (pytester itself is requested by
+the root conftest.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -159,3 +159,30 @@ def test_fingerprint_check_catches_a_wrong_timed_output():
 ])
 def test_surface_globs(path, ok):
     assert matches(path, PROTO.surface.modifiable) is ok
+
+
+def test_hookspec_example_runs(pytester):
+    """The conftest example in pytest_autotune/hookspec.py is real code: extracted and run as a conftest, its gate
+    is collected through the hook and refuses a slow candidate."""
+    import re
+    import textwrap
+
+    import pytest_autotune.hookspec as hs
+
+    example = textwrap.dedent(re.search(r"::\n\n(.*?)\n\n\(", hs.__doc__, re.S).group(1))
+    pytester.makeconftest(example)
+    pytester.makepyfile(test_x=textwrap.dedent('''
+        from types import SimpleNamespace
+        from pytest_autotune.gates import GateOutcome
+
+        def test_gate_collected(request):
+            gates = [g for group in request.config.hook.pytest_autotune_gates(config=request.config) for g in group]
+            mine = [g for g in gates if g.name == "no-slow"]
+            assert len(mine) == 1 and mine[0].stages == ("breaker",) and mine[0].needs_timing
+            slow = SimpleNamespace(measurement=SimpleNamespace(speedup=0.4))
+            fast = SimpleNamespace(measurement=SimpleNamespace(speedup=1.5))
+            out = mine[0].check(slow, "breaker")
+            assert isinstance(out, GateOutcome) and out.verdict == "rejected"
+            assert mine[0].check(fast, "breaker") is None
+    '''))
+    pytester.runpytest("-q").assert_outcomes(passed=1)

@@ -16,6 +16,8 @@ from typing import Any, Optional
 import torch
 
 from ..protocol import Protocol, Tolerance
+from ..sandbox.wire import dtype_name
+from ..tree import leaves as as_list
 
 #: elements per chunk of float64 temporaries (128 MiB each)
 CHUNK = 1 << 24
@@ -31,20 +33,8 @@ class Comparison:
     details: dict = field(default_factory=dict)
 
 
-def dtype_name(dt: torch.dtype) -> str:
-    return str(dt).replace("torch.", "")
-
-
 def tolerance(proto: Protocol, dt: torch.dtype) -> Optional[Tolerance]:
     return proto.tolerance_for(dtype_name(dt))
-
-
-def as_list(out: Any) -> list:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in as_list(o)]
-    return [out]
 
 
 def compare_outputs(got: Any, ref: Any, proto: Protocol, where: str = "output") -> Comparison:

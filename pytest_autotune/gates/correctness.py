@@ -9,6 +9,7 @@ returned, or when it left threads running.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
@@ -32,7 +33,7 @@ class CorrectnessGate(Gate):
         worst = 0.0
         for recipe in recipes:
             # one input per request: the candidate's output stays alive in its sandbox until the next request
-            call = ctx.candidate_outputs([recipe], meanwhile=lambda r=recipe: ctx.golden(r))[0]
+            call = ctx.candidate_outputs([recipe], meanwhile=functools.partial(ctx.golden, recipe))[0]
             where = f"seed {recipe['seed']}"
             if call.error:
                 return GateOutcome.refuse("correctness", f"{where}: {call.error}", output_type=call.output_type)

@@ -57,11 +57,11 @@ class ThreadGate(Gate):
         if ev is None:
             return None
         samples = [s for r in ev.rounds for s in r.candidate]
-        measured = [s for s in samples if s.cpu_s is not None and s.main_cpu_s is not None]
+        measured = [(s, s.cpu_s, s.main_cpu_s) for s in samples if s.cpu_s is not None and s.main_cpu_s is not None]
         if measured and ctx.device.name == "cpu":
-            main = sum(s.main_cpu_s for s in measured)  # type: ignore[misc]
-            extra = sum(s.cpu_s - s.main_cpu_s for s in measured)  # type: ignore[operator]
-            wall = sum((s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in measured)
+            main = sum(m for _, _, m in measured)
+            extra = sum(c - m for _, c, m in measured)
+            wall = sum((s.window_ns[1] - s.window_ns[0]) * 1e-9 for s, _, _ in measured)
             allowed = ((ctx.protocol.timing.cpu_threads - 1) * wall + self.EXTRA_CPU_REL * main
                        + self.EXTRA_CPU_ABS_S * len(measured))
             ctx.details["cpu_time"] = {"main_thread_s": main, "other_threads_s": extra, "wall_s": wall,

@@ -178,7 +178,8 @@ class _Driver:
             if not reply.get("ok"):
                 raise TimingRefused(f"{phase} failed in the {ARM_ROLES[arm]} sandbox: {reply.get('error')}",
                                     "integrity" if reply.get("refusal") else "timing")
-            reply["_cpu_s"] = None if deltas[arm] is None else deltas[arm][0] * 1e-9
+            delta = deltas[arm]
+            reply["_cpu_s"] = None if delta is None else delta[0] * 1e-9
         return replies
 
     def sample(self, arm: str, group: str, position: int, phase: str) -> SampleRecord:

@@ -31,7 +31,7 @@ class PairedEstimate:
         return self.ci_low <= value <= self.ci_high
 
 
-def bootstrap_median_ci(values: Sequence[float], level: float, resamples: int, seed: int) -> tuple[float, float]:
+def bootstrap_median_ci(values: "Sequence[float] | np.ndarray", level: float, resamples: int, seed: int) -> tuple[float, float]:
     x = np.asarray(values, dtype=np.float64)
     n = x.size
     if n == 0:

@@ -4,7 +4,7 @@ here imports a candidate."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from .model import BaselineRef, CandidateKind, CandidateRef, ProblemRef
 
@@ -29,17 +29,6 @@ def is_problem_file(path: Path, roots: Sequence[Path]) -> bool:
             return False
         return True
     return False
-
-
-def iter_problem_files(root: Path) -> Iterable[Path]:
-    root = Path(root)
-    if root.is_file():
-        if is_problem_file(root, [root.parent]):
-            yield root
-        return
-    for p in sorted(root.rglob("*.py")):
-        if is_problem_file(p, [root]):
-            yield p
 
 
 def _py_files(d: Path) -> list[Path]:

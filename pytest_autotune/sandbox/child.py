@@ -49,9 +49,7 @@ class HarnessRefusal(Exception):
     """The candidate left the process in a state the harness will not work in (a mode pushed, ...)."""
 
 
-def _src(d: Optional[dict]) -> Optional[SourceFile]:
-    if not d:
-        return None
+def _src(d: dict) -> SourceFile:
     return SourceFile(Path(d["path"]), d["source"], d["sha256"])
 
 
@@ -198,7 +196,7 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
     """One call per recipe; outputs come back as handles, plus the facts the controller checks."""
     delay = float(msg.get("recheck_delay", 0.0))
     st.release()
-    results = []
+    results: list[dict[str, Any]] = []
     for recipe in msg["recipes"]:
         st.require_no_modes("before its inputs were built")
         gc.collect()
@@ -215,7 +213,7 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
             continue
         problem = st.plain_problem(out)
         if problem:
-            results.append({"error": f"{st.role} returned {problem}", "output_type": True})
+            results.append({"error": f"{st.role} returned {problem}", "output_type": "yes"})
             continue
         st.require_no_modes("after its call")
         location = st.device.output_location(out)

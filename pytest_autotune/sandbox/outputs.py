@@ -19,6 +19,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from ..measure.devices.base import Device
+from ..tree import leaves
 
 #: torch's mode stacks: a mode left pushed sees every tensor the harness builds or reads afterwards
 def mode_stack_depths() -> dict[str, int]:
@@ -91,13 +92,6 @@ def output_problem(out: Any, expected_device: str) -> Optional[str]:
     return tensor_problem(out, expected_device)
 
 
-def leaves(out: Any) -> list:
-    """The tensors of a plain output, in order (exact tuples/lists only: checked by :func:`output_problem`)."""
-    if type(out) in (tuple, list):
-        return [t for o in out for t in leaves(o)]
-    return [out]
-
-
 def structure(out: Any) -> str:
     return "tensor" if type(out) is torch.Tensor else "tuple"
 
@@ -115,7 +109,7 @@ _FP_CHUNK = 1 << 22
 def fingerprint(out: Any, gen: torch.Generator, n_positions: int) -> list[dict]:
     """Cheap summaries of one plain output at positions drawn now: float64 sums and a few values, computed where
     the output lives (on a GPU, device reductions; only scalars reach the host)."""
-    prints = []
+    prints: list[dict[str, Any]] = []
     with harness_reads():
         for t in leaves(out):
             flat = t.detach().reshape(-1)

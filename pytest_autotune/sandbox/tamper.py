@@ -137,7 +137,7 @@ def _resolve(dotted: str) -> Any:
     for i in range(len(parts), 0, -1):
         mod = sys.modules.get(".".join(parts[:i]))
         if mod is not None:
-            obj = mod
+            obj: Any = mod
             for p in parts[i:]:
                 obj = getattr(obj, p, None)
                 if obj is None:

@@ -207,7 +207,8 @@ def decode(header_bytes: bytes, payload: bytes, fds: Optional[list[int]] = None)
 
     def _rebuild_tensor(o: dict) -> torch.Tensor:
         nonlocal offset
-        dt = _DTYPES.get(o.get("dtype"))
+        name = o.get("dtype")
+        dt = _DTYPES.get(name) if isinstance(name, str) else None
         shape = o.get("shape")
         nbytes = o.get("nbytes")
         if dt is None or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):

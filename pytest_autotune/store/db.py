@@ -443,6 +443,7 @@ class ResultStore:
                     f"{', '.join(changed) or '?'} were converted by SQLite), so its hash would not verify; pass "
                     "values of the column types (docs/schema.md). Nothing was recorded"
                 )
+        assert rowid is not None
         return int(rowid)
 
     def finish_run(self, run_id: str, nonce: bytes) -> None:

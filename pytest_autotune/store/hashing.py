@@ -23,6 +23,7 @@ from typing import Any
 
 from ..result import canonical_json
 from .schema import COLUMN_TYPES, HASH_EXCLUDED, HASH_OMIT_NULL, ZERO_HASH
+from ..seeds import nonce_commitment  # the one definition (re-exported: store users import it from here)
 
 __all__ = [
     "ZERO_HASH",
@@ -103,7 +104,3 @@ def row_mac(nonce: bytes, canonical: str) -> str:
     return hmac.new(nonce, canonical.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def nonce_commitment(nonce: bytes) -> str:
-    """``runs.nonce_sha256``: sha256 of the raw nonce bytes (hex). Written at begin, checked at finish and by
-    verify against the nonce revealed at finish (stored as ``nonce.hex()``)."""
-    return hashlib.sha256(nonce).hexdigest()

@@ -182,11 +182,11 @@ def _check_runs_and_macs(conn: sqlite3.Connection, problems: list[str], notes: l
             if run_id not in nonces:
                 problems.append(f"{table} row {r['id']} names run {run_id!r}, which is not in runs")
                 continue
-            nonce = nonces[run_id]
-            if nonce is None:
+            run_nonce = nonces[run_id]
+            if run_nonce is None:
                 unchecked[run_id] = unchecked.get(run_id, 0) + 1
                 continue
-            if row_mac(nonce, canonical_row(table, dict(r))) != r["row_mac"]:
+            if row_mac(run_nonce, canonical_row(table, dict(r))) != r["row_mac"]:
                 problems.append(
                     f"{table} row {r['id']} has a bad row_mac: not written by the controller of run {run_id} "
                     "(forged) or edited afterwards"

@@ -19,6 +19,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
 
+from ...tree import tensors
 from .spec import DeviceSpec  # noqa: F401  (re-exported)
 
 
@@ -85,7 +86,7 @@ class Device(abc.ABC):
         """A CPU torch tensor (or tuple of them) holding a copy of ``out``; synchronises first."""
 
     def output_location(self, out: Any) -> str:
-        ts = _tensors(out)
+        ts = tensors(out)
         return ts[0].device.type if ts else "none"
 
     # -- outputs across the sandbox boundary ----------------------------------------------------------------
@@ -118,19 +119,3 @@ class Device(abc.ABC):
     def timer_functions(self) -> dict[str, Any]:
         """Objects whose identity must not change while a candidate is loaded (tamper snapshots)."""
         return {}
-
-    def scrub(self, out: Any) -> None:
-        """Overwrite a baseline output before it is freed, so a candidate cannot read it from freed memory."""
-        for t in _tensors(out):
-            if t.is_floating_point():
-                t.detach().fill_(float("nan"))
-            else:
-                t.detach().zero_()
-
-
-def _tensors(out: Any) -> list:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _tensors(o)]
-    return []

@@ -43,7 +43,7 @@ def export_host_tensor(t: torch.Tensor) -> dict[str, Any]:
         if nbytes:
             os.ftruncate(fd, nbytes)
             with mmap.mmap(fd, nbytes) as mm:
-                mm[:] = memoryview(src.reshape(-1).view(torch.uint8).numpy())
+                mm[:] = memoryview(src.reshape(-1).view(torch.uint8).numpy())  # type: ignore[arg-type]
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     except BaseException:
         os.close(fd)

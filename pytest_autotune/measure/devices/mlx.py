@@ -85,9 +85,6 @@ class MlxDevice(Device):
             return "torch"
         return type(out).__name__
 
-    def scrub(self, out: Any) -> None:
-        return None  # MLX arrays are immutable; freed buffers are not reachable from Python
-
     def timed(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> Sample:
         mx = _mx()
         outs: list = [None] * len(batches)

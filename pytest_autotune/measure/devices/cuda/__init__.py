@@ -43,7 +43,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..base import Device, Sample, _tensors
+from ....tree import tensors
+from ..base import Device, Sample
 from ..memfd import HostExport, export_host_tensor
 from .driver import CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, Driver, DriverError
 from .graphs import (CaptureFailed, Graph, copy_tree, external_events, inner_seconds, poison, preroll, signature, stage,
@@ -352,7 +353,7 @@ class CudaDevice(Device):
                     graph.capture_end()
                 except Exception as e:  # noqa: BLE001
                     error = error or e
-        if error is None and not any(_tensors(o) for o in outputs):
+        if error is None and not any(tensors(o) for o in outputs):
             error = RuntimeError("the calls returned no tensor")
         if error is not None:
             try:

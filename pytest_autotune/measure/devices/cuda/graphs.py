@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ..base import _tensors
+from ....tree import tensors
 
 
 class Graph:
@@ -37,10 +37,10 @@ def signature(batches: Sequence[Sequence[Any]]) -> Optional[tuple]:
     """What a graph depends on: per call, per argument, the tensor's geometry (or the plain value). ``None``
     if an argument cannot be staged into a static buffer (CPU tensor, unhashable object) or two arguments
     share memory (staging would break the aliasing)."""
-    sig = []
+    sig: list[tuple] = []
     seen: set[int] = set()
     for b in batches:
-        row = []
+        row: list[tuple] = []
         for x in b:
             if isinstance(x, torch.Tensor):
                 if x.device.type != "cuda" or x.is_sparse:
@@ -109,8 +109,9 @@ def copy_tree(out: Any) -> Any:
 
 def poison(outputs: Any) -> None:
     """Overwrite graph-owned outputs: NaN where floating point, 0 elsewhere."""
-    floats, others = [], []
-    for t in _tensors(outputs):
+    floats: list[torch.Tensor] = []
+    others: list[torch.Tensor] = []
+    for t in tensors(outputs):
         (floats if (t.is_floating_point() or t.is_complex()) else others).append(t.detach())
     with torch.no_grad():
         for group, value in ((floats, float("nan")), (others, 0)):

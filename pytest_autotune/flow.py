@@ -227,7 +227,7 @@ class KernelFlow:
         golden = Golden(problem, env.device, sizes, init_seed)
         ctx = GateContext(nodeid=spec.nodeid, protocol=env.protocol, problem=problem, candidate=spec.candidate,
                           device=env.device, seeds=seeds, sizes=sizes, measuring=env.measuring, golden=golden)
-        ctx.details["candidate_sha256"] = cand_src.sha256 if cand_src else None
+        ctx.candidate_sha256 = cand_src.sha256 if cand_src else None
         item = ItemRun(spec, ctx, problem_src, cand_src, problem, sizes, init_seed, golden, started)
         try:
             return self._run(item)
@@ -355,7 +355,7 @@ class KernelFlow:
 
     def _details(self, item: ItemRun) -> dict:
         """What the report shows about how the item was measured (JSON-able)."""
-        d = dict(item.ctx.details)
+        d = {**item.ctx.details, **item.ctx.evidence.as_json()}
         wall = time.perf_counter() - item.started
         d["item_seconds"] = wall
         ev = item.ctx.timing
@@ -374,22 +374,26 @@ class KernelFlow:
         env, ctx, spec = self.env, item.ctx, item.spec
         m = ctx.measurement
         assert m is not None
+        # what the store needs is derived here, from the item itself, never from what a gate chose to leave behind
+        seeds = ctx.seeds.seeds("correctness", env.protocol.seeds.count)
+        ev = ctx.evidence
+        breaker = f"released:{ev.breaker_release}" if ev.breaker_release is not None else "ok"
         cand_sha = item.cand_src.sha256 if item.cand_src else item.baseline_sha
         prov = env.item_provenance({
             "problem_sha256": item.problem_src.sha256, "candidate_sha256": cand_sha,
-            "baseline_sha256": item.baseline_sha, "seeds": list(ctx.correctness_seeds), "sizes": item.sizes,
+            "baseline_sha256": item.baseline_sha, "seeds": list(seeds), "sizes": item.sizes,
             "sandbox_pid": ctx.sandbox.pid if ctx.sandbox else 0, "device_index": env.device.index,
         })
-        ev = ctx.timing
+        timing = ctx.timing
         prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,
-                          "pairing": "cross-process", "mode": ev.mode.get("decision") if ev else None,
-                          "wall_clock": ctx.details.get("wall_clock"), "idle": ctx.details.get("idle")}
+                          "pairing": "cross-process", "mode": timing.mode.get("decision") if timing else None,
+                          "wall_clock": ev.wall_clock, "idle": ev.idle}
         return KernelResult(
             run_id=env.run_id, kind="kernel", nodeid=spec.nodeid, problem=spec.problem.name,
             problem_sha256=item.problem_src.sha256, candidate=spec.candidate.name, candidate_sha256=cand_sha,
             baseline=item.baseline_name, baseline_sha256=item.baseline_sha, device=spec.device,
-            seeds=tuple(ctx.correctness_seeds), measurement=m, correctness="passed",
-            probes=_jsonable(ctx.probe_summary), integrity="passed", breaker=ctx.details.get("breaker", "ok"),
+            seeds=tuple(seeds), measurement=m, correctness="passed",
+            probes=_jsonable(ev.probes), integrity="passed", breaker=breaker,
             protocol_sha256=env.protocol.sha256, exploratory=env.exploratory, provenance=_jsonable(prov),
             notes=tuple(ctx.warnings),
         )

@@ -9,6 +9,7 @@ never hand golden outputs to a sandbox.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
@@ -66,6 +67,27 @@ class BaselineChoice:
 
 
 @dataclass
+class Evidence:
+    """What the built-in gates found, typed, for the report (``details`` of the item's JSON). The flow never reads
+    it to build a database row: what the store needs (seeds, breaker status, probe summary) the flow derives from
+    the item itself, so a gate added through the hook cannot make the database refuse a row by omitting an entry.
+    Gates of your own put what they want to show in ``GateContext.details``."""
+
+    tamper_seen: list = field(default_factory=list)  # names a sandbox reported changed, after import
+    max_rel_err: Optional[float] = None  # worst relative error over the correctness seeds
+    probes: dict = field(default_factory=lambda: {"status": "disabled"})  # the probe gate's summary
+    breaker_release: Optional[int] = None  # a recorded human release that let a >breaker speedup through
+    wall_clock: Optional[dict] = None
+    device_clock: Optional[dict] = None
+    cpu_time: Optional[dict] = None
+    idle: Optional[dict] = None
+    verified_rounds: list = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, [], {})}
+
+
+@dataclass
 class GateContext:
     nodeid: str
     protocol: "Protocol"
@@ -80,12 +102,13 @@ class GateContext:
     baseline: Optional[BaselineChoice] = None
     timing: Optional["TimingEvidence"] = None
     measurement: Optional["Measurement"] = None
+    candidate_sha256: Optional[str] = None
     import_tamper: list = field(default_factory=list)
     threads_added_by_import: int = 0
     warnings: list = field(default_factory=list)
+    evidence: Evidence = field(default_factory=Evidence)
+    #: free-form facts for the report (custom gates may add theirs; nothing downstream depends on them)
     details: dict = field(default_factory=dict)
-    probe_summary: dict = field(default_factory=lambda: {"status": "disabled"})
-    correctness_seeds: tuple = ()
 
     def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None,
                           meanwhile: Optional[Callable[[], Any]] = None) -> list["CandidateCall"]:
@@ -105,7 +128,7 @@ class GateContext:
             if reply.get("refusal"):
                 raise CandidateRefusal(str(reply.get("error")))
             raise CandidateFailure(str(reply.get("error")))
-        self.details.setdefault("tamper_seen", []).extend(reply.get("tamper", []))
+        self.evidence.tamper_seen.extend(reply.get("tamper", []))
         results = reply.get("results")
         if not isinstance(results, list) or len(results) != len(recipes):
             raise CandidateRefusal("the sandbox answered for a different number of inputs")

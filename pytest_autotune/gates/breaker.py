@@ -31,12 +31,11 @@ class BreakerGate(Gate):
             return None
         limit = ctx.protocol.breaker.max_speedup
         if m.speedup <= limit:
-            ctx.details["breaker"] = "ok"
             return None
-        cand_sha = ctx.details.get("candidate_sha256", "")
+        cand_sha = ctx.candidate_sha256 or ""
         release = self.release_lookup(ctx.problem.name, cand_sha) if self.release_lookup else None
         if release is not None:
-            ctx.details["breaker"] = f"released:{release}"
+            ctx.evidence.breaker_release = release
             ctx.warnings.append(f"breaker released for this candidate digest (release {release})")
             return None
         return GateOutcome.quarantine(

@@ -3,17 +3,18 @@
 - wall clock: every sample is asked for by the controller, which keeps its own window around it (request sent,
   answer received) and reads the sampling sandbox's CPU clocks from the kernel around it. The sandbox stamps its
   timed region on the same system-wide monotonic clock. The stamps must lie inside the window and no sample may
-  last longer than its own bracket. The sensitive test compares the arms: per sample, the time the sandbox
-  spent around the sample that the sample does not account for. On the CPU device that is what the kernel says
-  its main thread spent during the controller's window -- running plus runnable-but-preempted
-  (``/proc/PID/task/PID/schedstat``) -- minus the reported sample (a CPU-bound sample is covered exactly by the
-  two, so preemption inside it cancels out); elsewhere (a GPU, where a sample waits for the device) the
-  controller's window minus the reported sample. It is the harness's own work around a sample -- the same for
-  both arms -- plus noise, plus, for a candidate whose clock runs slow or whose samples are rewritten, the time it
-  hid. The candidate's upper quartile may exceed the baseline's by at most ``wall_clock_hidden_abs_s`` +
-  ``wall_clock_hidden_rel`` x the sample + three standard errors of that difference (from the spread of both arms'
-  values, so a loaded machine is not mistaken for a cheat and a quiet one sees small lies). The upper quartile:
-  to move the median of the paired ratios, a cheat must act in most samples, and then it moves this quartile.
+  last longer than its own bracket. The sensitive test asks whether time around the candidate's samples went
+  unreported. On the CPU device the kernel's clocks of the sandbox's main thread decide
+  (``/proc/PID/task/PID/schedstat``): for a candidate sample, its CPU time during the controller's window minus
+  the reported sample -- preemption can only lower that (the reported wall time grows, the CPU time does not), a
+  clock that runs slow raises it by what it hid; for the baseline, CPU time plus run-queue time minus the reported
+  sample -- the harness's own work around a sample, with preemption inside the sample cancelled out. The
+  candidate's upper quartile may exceed the baseline's median by at most ``wall_clock_hidden_abs_s`` +
+  ``wall_clock_hidden_rel`` x the sample + three standard errors (from each arm's spread around its own
+  median). So an honest candidate reads at most zero however loaded the machine, and a cheat that acts in more
+  than a quarter of its samples -- it must act in most, to move the median of the paired ratios -- is seen.
+  Elsewhere (a dedicated GPU host, where a sample waits for the device) both arms' medians of the controller's
+  window minus the reported sample are compared.
 - device clock (CUDA): event time against host time with a device-wide synchronisation, candidate against
   baseline: work a call leaves on a stream nobody waits for shows in host time, not in event time.
 """
@@ -57,17 +58,22 @@ class WallClockGate(Gate):
                         continue
                     if s.host_seconds > (t1 - t0) * 1e-9 + self.SKEW_S:
                         fast += 1
-                u = _unreported(s, by_cpu)
+                u = _unreported(s, by_cpu, with_wait=s.arm == "A")
                 if u is not None:
                     unreported[s.arm].append(u)
         n_b = sum(len(r.candidate) for r in ev.rounds)
         bad_allowed = max(2, math.ceil(self.BAD_SAMPLES_REL * n_b))
         sample_b = statistics.median(s.host_seconds for r in ev.rounds for s in r.candidate)
         ua, ub = unreported["A"], unreported["B"]
-        med = _quantile(ub, self.QUANTILE) - _quantile(ua, self.QUANTILE) if len(ua) > 1 and len(ub) > 1 else None
-        noise = 3.0 * 1.4826 * _mad(ua + ub) * math.sqrt(1 / max(len(ua), 1) + 1 / max(len(ub), 1)) * 1.36
+        q = self.QUANTILE if by_cpu else 0.5
+        med = _quantile(ub, q) - _quantile(ua, 0.5) if len(ua) > 1 and len(ub) > 1 else None
+        # standard error of that difference (about 1.36 sigma / sqrt(n) for an upper quartile, 1.25 for a median),
+        # sigma estimated robustly from each arm's spread around its own median; three of them
+        spread = _mad([u - statistics.median(ua) for u in ua] + [u - statistics.median(ub) for u in ub]) if (
+            ua and ub) else 0.0
+        noise = 3.0 * 1.36 * 1.4826 * spread * math.sqrt(1 / max(len(ua), 1) + 1 / max(len(ub), 1))
         allowed = integ.wall_clock_hidden_abs_s + integ.wall_clock_hidden_rel * sample_b + noise
-        ctx.details["wall_clock"] = {"samples": n_b, "skewed": skewed, "fast": fast, "noise_s": noise,
+        ctx.evidence.wall_clock = {"samples": n_b, "skewed": skewed, "fast": fast, "noise_s": noise,
                                      "measured_against": "main thread run + wait" if by_cpu else "controller window",
                                      "candidate_hidden_s": med, "allowed_s": allowed}
         if fast > bad_allowed:
@@ -82,7 +88,7 @@ class WallClockGate(Gate):
             where = "the sandbox's main thread (running or preempted)" if by_cpu else "the controller's own window"
             return GateOutcome.refuse(
                 "integrity", f"time is missing from the candidate's samples: {where} holds {med * 1e6:.0f} us more "
-                f"per sample than it reported, beyond the baseline's (upper quartile; at most "
+                f"per sample than it reported, beyond the harness's own work around a baseline sample (at most "
                 f"{allowed * 1e6:.0f} us allowed): its samples were reported shorter than they lasted (a clock that "
                 "runs slow, or a rewritten sample)")
         return None
@@ -103,13 +109,14 @@ def _mad(values: list[float]) -> float:
     return statistics.median(abs(v - m) for v in values)
 
 
-def _unreported(s, by_cpu: bool) -> Optional[float]:
-    """Time around a sample that the sample does not account for: the main thread's running plus run-queue time
-    on the CPU device, the controller's window elsewhere, minus the sample's own host time."""
+def _unreported(s, by_cpu: bool, with_wait: bool) -> Optional[float]:
+    """Time around a sample that the sample does not account for: the main thread's running time (plus, with
+    ``with_wait``, its run-queue time) on the CPU device, the controller's window elsewhere, minus the sample's own
+    host time."""
     if by_cpu:
-        if s.main_cpu_s is None or s.main_wait_s is None:
+        if s.main_cpu_s is None or (with_wait and s.main_wait_s is None):
             return None
-        return s.main_cpu_s + s.main_wait_s - s.host_seconds
+        return s.main_cpu_s + (s.main_wait_s if with_wait else 0.0) - s.host_seconds
     return (s.window_ns[1] - s.window_ns[0]) * 1e-9 - s.host_seconds
 
 
@@ -143,7 +150,7 @@ class DeviceClockGate(Gate):
         # the calls themselves (microsecond calls), that overhead's own noise is what the arms differ by
         allowed = ((ratio_limit - 1.0) * cand_dev + self.SLACK_PER_SAMPLE_S * len(cand)
                    + self.OVERHEAD_NOISE_REL * max(base_host - base_dev, 0.0))
-        ctx.details["device_clock"] = {"candidate_event_s": cand_dev, "candidate_host_s": cand_host,
+        ctx.evidence.device_clock = {"candidate_event_s": cand_dev, "candidate_host_s": cand_host,
                                        "baseline_event_s": base_dev, "baseline_host_s": base_host,
                                        "excess_s": excess, "allowed_s": allowed}
         if cand_dev > 0 and excess > allowed:

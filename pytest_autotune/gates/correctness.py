@@ -28,7 +28,6 @@ class CorrectnessGate(Gate):
 
     def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
         seeds = ctx.seeds.seeds("correctness", ctx.protocol.seeds.count)
-        ctx.correctness_seeds = seeds
         recipes = [{"seed": s} for s in seeds]
         worst = 0.0
         for recipe in recipes:
@@ -57,7 +56,7 @@ class CorrectnessGate(Gate):
             if call.new_threads > ctx.protocol.integrity.max_new_threads:
                 return GateOutcome.refuse(
                     "integrity", f"{where}: {call.new_threads} new thread(s) still running after the call returned")
-        ctx.details["max_rel_err"] = worst
+        ctx.evidence.max_rel_err = worst
         ctx.warnings.extend(weak_problem_warnings(ctx, recipes[0]))
         return None
 

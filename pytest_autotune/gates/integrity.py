@@ -25,7 +25,7 @@ class TamperGate(Gate):
     stages = ("correctness", "integrity")
 
     def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
-        changed = list(ctx.import_tamper) + list(ctx.details.get("tamper_seen", []))
+        changed = list(ctx.import_tamper) + list(ctx.evidence.tamper_seen)
         if stage == "integrity" and ctx.timing is not None:
             changed += ctx.timing.tamper
         if changed:
@@ -64,7 +64,7 @@ class ThreadGate(Gate):
             wall = sum((s.window_ns[1] - s.window_ns[0]) * 1e-9 for s, _, _ in measured)
             allowed = ((ctx.protocol.timing.cpu_threads - 1) * wall + self.EXTRA_CPU_REL * main
                        + self.EXTRA_CPU_ABS_S * len(measured))
-            ctx.details["cpu_time"] = {"main_thread_s": main, "other_threads_s": extra, "wall_s": wall,
+            ctx.evidence.cpu_time = {"main_thread_s": main, "other_threads_s": extra, "wall_s": wall,
                                        "allowed_other_s": allowed}
             if extra > allowed:
                 return GateOutcome.refuse(
@@ -112,7 +112,7 @@ class IdleGate(Gate):
                   if r.prepare_cpu_s.get("A") and r.prepare_cpu_s.get("B") is not None]
         diffs = [r.prepare_cpu_s["B"] - r.prepare_cpu_s["A"] for r in ev.rounds
                  if r.prepare_cpu_s.get("A") is not None and r.prepare_cpu_s.get("B") is not None]
-        ctx.details["idle"] = {"candidate_idle_cpu_s": cand["idle_s"], "allowed_s": allowed,
+        ctx.evidence.idle = {"candidate_idle_cpu_s": cand["idle_s"], "allowed_s": allowed,
                                "during_baseline_samples_s": cand["during_other_samples_s"],
                                "baseline_idle_cpu_s": base.get("idle_s"),
                                "prepare_cpu_ratio": statistics.median(ratios) if ratios else None,

@@ -118,7 +118,7 @@ class ProbeGate(Gate):
     def check(self, ctx: GateContext, stage: str) -> Optional[GateOutcome]:
         p: Protocol = ctx.protocol
         if p.probes.max_examples == 0 and p.probes.shape_examples == 0:
-            ctx.probe_summary = {"status": "disabled"}
+            ctx.evidence.probes = {"status": "disabled"}
             return None
         from .correctness import ctx_inputs
 
@@ -176,12 +176,12 @@ class ProbeGate(Gate):
                 summary["shapes"] = ran2["random"]
         except ProbeMismatch as e:
             first = failures[0] if failures else e
-            ctx.probe_summary = {"status": "failed", **summary}
+            ctx.evidence.probes = {"status": "failed", **summary}
             return GateOutcome.refuse(
                 "probe", f"{first} on adversarial input {describe_recipe(first.recipe)}; "
                 f"replay with --autotune-probe-seed={probe_seed}",
                 hypothesis_seed=probe_seed, recipe=first.recipe)
-        ctx.probe_summary = {"status": "passed", **summary}
+        ctx.evidence.probes = {"status": "passed", **summary}
         return None
 
 

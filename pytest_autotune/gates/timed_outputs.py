@@ -28,7 +28,7 @@ class TimedOutputsGate(Gate):
         n = min(ctx.protocol.integrity.verify_rounds, len(ev.rounds))
         rng = secrets.SystemRandom()
         chosen = sorted(rng.sample(range(len(ev.rounds)), n))
-        ctx.details["verified_rounds"] = chosen
+        ctx.evidence.verified_rounds = chosen
         for ri in chosen:
             r = ev.rounds[ri]
             n_calls = int(r.recipes_p1["count"]) + int(r.recipes_p2["count"])

@@ -1,0 +1,229 @@
+"""The integrity gates and the schedule's statistics on synthetic rounds: no sandbox, no timing, exact properties.
+
+Each test builds the TimingEvidence a schedule would have produced -- honest, loaded by other work, or cheating in
+one specific way -- and checks that the gate passes or refuses it, for the reason that names the defence.
+"""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import REPO
+
+from pytest_autotune.gates.base import GateContext
+from pytest_autotune.gates.clocks import DeviceClockGate, WallClockGate
+from pytest_autotune.gates.integrity import IdleGate, ThreadGate
+from pytest_autotune.gates.timed_outputs import TimedOutputsGate
+from pytest_autotune.measure.schedule import RoundRecord, SampleRecord, TimingEvidence, decide_timing_mode
+from pytest_autotune.measure.stats import paired_estimate
+from pytest_autotune.protocol import load_protocol
+
+PROTO = load_protocol(REPO / "protocol.toml")
+OVERHEAD = 300e-6  # harness work around a sample, the same for both arms
+
+
+def _sample(arm: str, group: str, pos: int, t0: int, *, work: float, reported: float | None = None,
+            preempt_in: float = 0.0, preempt_out: float = 0.0, extra_threads_cpu: float = 0.0,
+            new_threads: int = 0, event: float | None = None) -> tuple[SampleRecord, int]:
+    """A sample whose calls run ``work`` s of CPU, preempted ``preempt_in`` s inside its timed region and
+    ``preempt_out`` s around it; the sandbox reports ``reported`` (default: the truth, work + preempt_in)."""
+    host = work + preempt_in
+    rep = host if reported is None else reported
+    window = OVERHEAD + preempt_out + host
+    start = t0 + int((OVERHEAD / 2 + preempt_out) * 1e9)
+    stamps = (start, start + int(host * 1e9))
+    t1 = t0 + int(window * 1e9)
+    main_cpu = OVERHEAD + work
+    return SampleRecord(arm, group, pos, rep if event is None else event, rep, (t0, t1), stamps,
+                        main_cpu + extra_threads_cpu, main_cpu, preempt_in + preempt_out, new_threads), t1 + 50_000
+
+
+def _evidence(n_rounds: int, make) -> TimingEvidence:
+    """``make(r, pos, arm, group) -> kwargs for _sample``."""
+    ev = TimingEvidence(calls_per_sample=1)
+    t = 10**9
+    for r in range(n_rounds):
+        order = "ABBA" if r % 2 == 0 else "BAAB"
+        seq = [(order[0], "p1"), (order[1], "p1"), (order[2], "p2"), (order[3], "p2")]
+        samples = []
+        for pos, (arm, group) in enumerate(seq):
+            s, t = _sample(arm, group, pos, t, **make(r, pos, arm, group))
+            samples.append(s)
+        ev.rounds.append(RoundRecord(r, order, {"seed": 2 * r, "count": 1}, {"seed": 2 * r + 1, "count": 1},
+                                     tuple(samples), prepare_cpu_s={"A": 0.010, "B": 0.010}))
+    return ev
+
+
+def _ctx(ev: TimingEvidence, device: str = "cpu") -> GateContext:
+    ctx = GateContext(nodeid="x", protocol=PROTO, problem=SimpleNamespace(name="p"),  # type: ignore[arg-type]
+                      candidate=None, device=SimpleNamespace(name=device),  # type: ignore[arg-type]
+                      seeds=None, sizes={}, measuring=True)  # type: ignore[arg-type]
+    ctx.timing = ev
+    return ctx
+
+
+# ------------------------------------------------------------------------------------------------ wall clock
+
+
+def test_wall_clock_passes_honest_rounds_on_a_quiet_machine():
+    ev = _evidence(20, lambda r, pos, arm, g: {"work": 0.002 if arm == "A" else 0.001})
+    assert WallClockGate().check(_ctx(ev), "integrity") is None
+
+
+def test_wall_clock_is_not_fooled_by_preemption_of_long_baseline_samples():
+    """A 100x faster candidate: the baseline's long samples are preempted often and long, the candidate's rarely.
+    Running + run-queue time covers a sample however much it was preempted, so nothing looks hidden."""
+    rng = random.Random(1)
+
+    def make(r, pos, arm, g):
+        if arm == "A":
+            return {"work": 0.1, "preempt_in": rng.choice([0.0, 0.02, 0.05]), "preempt_out": rng.choice([0, 0.003])}
+        return {"work": 0.001, "preempt_out": rng.choice([0.0, 0.0, 0.004])}
+
+    ev = _evidence(16, make)
+    assert WallClockGate().check(_ctx(ev), "integrity") is None
+
+
+@pytest.mark.parametrize("share", [0.5, 0.75, 1.0])
+def test_wall_clock_refuses_a_clock_that_halves_most_candidate_samples(share):
+    n = 20
+    halved = set(random.Random(2).sample(range(2 * n), int(share * 2 * n)))
+
+    def make(r, pos, arm, g):
+        if arm == "B" and (2 * r + (g == "p2")) in halved:
+            return {"work": 0.002, "reported": 0.001}
+        return {"work": 0.002}
+
+    refused = WallClockGate().check(_ctx(_evidence(n, make)), "integrity")
+    assert refused is not None and "time is missing" in refused.reason
+
+
+def test_wall_clock_refuses_stamps_outside_the_controllers_window():
+    ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.001})
+    for rd in ev.rounds:
+        rd.samples = tuple(s._replace(stamps_ns=(s.window_ns[0] - 10**6, s.window_ns[0])) if s.arm == "B" else s
+                           for s in rd.samples)
+    refused = WallClockGate().check(_ctx(ev), "integrity")
+    assert refused is not None and "outside the interval" in refused.reason
+
+
+def test_wall_clock_on_a_gpu_compares_the_controllers_windows():
+    ev = _evidence(10, lambda r, pos, arm, g: {"work": 0.001, "reported": 0.0005 if arm == "B" else None})
+    refused = WallClockGate().check(_ctx(ev, "cuda"), "integrity")
+    assert refused is not None and "controller's own window" in refused.reason
+    ev = _evidence(10, lambda r, pos, arm, g: {"work": 0.001})
+    assert WallClockGate().check(_ctx(ev, "cuda"), "integrity") is None
+
+
+# ------------------------------------------------------------------------------------------------ threads
+
+
+def test_threads_refuses_cpu_of_other_threads_during_candidate_samples():
+    ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.002, "extra_threads_cpu": 0.001 if arm == "B" else 0.0})
+    refused = ThreadGate().check(_ctx(ev), "integrity")
+    assert refused is not None and "threads other than the calling one" in refused.reason
+    ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.002, "extra_threads_cpu": 0.001 if arm == "A" else 0.0})
+    assert ThreadGate().check(_ctx(ev), "integrity") is None  # only the candidate's samples are its own
+
+
+def test_threads_refuses_helper_processes_and_threads_left_running():
+    ev = _evidence(4, lambda r, pos, arm, g: {"work": 0.001})
+    ev.rounds[2].helper_processes = 3
+    assert "helper process" in ThreadGate().check(_ctx(ev), "integrity").reason
+    ev = _evidence(4, lambda r, pos, arm, g: {"work": 0.001, "new_threads": 1 if arm == "B" and r == 1 else 0})
+    assert "left running" in ThreadGate().check(_ctx(ev), "integrity").reason
+
+
+# ------------------------------------------------------------------------------------------------ idle
+
+
+def _idle_ev(idle_b: float, prep_b: float = 0.010) -> TimingEvidence:
+    ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.002})
+    for rd in ev.rounds:
+        rd.prepare_cpu_s = {"A": 0.010, "B": prep_b}
+    ev.cpu = {"A": {"busy_s": 0.2, "idle_s": 0.0005, "during_other_samples_s": 0.0, "readable": True},
+              "B": {"busy_s": 0.2, "idle_s": idle_b, "during_other_samples_s": idle_b / 2, "readable": True}}
+    ev.commands = {"A": 40, "B": 40}
+    return ev
+
+
+def test_idle_passes_a_sandbox_that_sleeps_between_requests():
+    assert IdleGate().check(_ctx(_idle_ev(0.0008)), "integrity") is None
+
+
+def test_idle_refuses_cpu_used_while_no_request_was_outstanding():
+    refused = IdleGate().check(_ctx(_idle_ev(0.02)), "integrity")
+    assert refused is not None and "no request to answer" in refused.reason
+
+
+def test_idle_refuses_work_done_while_inputs_were_built():
+    refused = IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.020)), "integrity")
+    assert refused is not None and "building a round's inputs" in refused.reason
+    assert IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.0115)), "integrity") is None  # within the ratio
+
+
+# ------------------------------------------------------------------------------------------------ device clock
+
+
+def test_device_clock_refuses_work_hidden_from_the_events():
+    ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.002, "event": 0.0001 if arm == "B" else 0.002})
+    refused = DeviceClockGate().check(_ctx(ev, "cuda"), "integrity")
+    assert refused is not None and "outside the timed stream" in refused.reason
+
+
+def test_device_clock_tolerates_graph_staging_noise_on_microsecond_calls():
+    """Graph mode: host time ~6x the event time in both arms (staging inputs); the arms differ by ~9% of that."""
+    ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.006 if arm == "A" else 0.0065, "event": 0.001})
+    assert DeviceClockGate().check(_ctx(ev, "cuda"), "integrity") is None
+
+
+# ------------------------------------------------------------------------------------------------ timed outputs
+
+
+def test_timed_outputs_refuses_a_stale_timed_answer():
+    ev = _evidence(2, lambda r, pos, arm, g: {"work": 0.001})
+    golden = {s: torch.full((8,), float(s)) for s in range(4)}
+
+    def prints(value: float) -> list:
+        t = torch.full((8,), value, dtype=torch.float64)
+        idx = torch.arange(4)
+        return [{"numel": 8, "shape": [8], "dtype": "float32", "sum": float(t.sum()), "abs_sum": float(t.sum()),
+                 "index": idx, "values": t[idx]}]
+
+    for rd in ev.rounds:
+        rd.prints = [prints(float(rd.recipes_p1["seed"])), prints(float(rd.recipes_p2["seed"]))]
+    ctx = _ctx(ev)
+    ctx.golden = SimpleNamespace(stream=lambda recipe: [golden[recipe["seed"]]])  # type: ignore[assignment]
+    assert TimedOutputsGate().check(ctx, "integrity") is None
+    ev.rounds[1].prints[1] = prints(0.0)  # round 1's second call returned round 0's answer
+    refused = TimedOutputsGate().check(ctx, "integrity")
+    assert refused is not None and "timed round 1, candidate call 1" in refused.reason
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+
+def test_paired_median_ci_covers_one_for_an_aa_in_most_sessions():
+    """A/A pairs with 3% noise: over 200 seeded sessions of 64 pairs, the 95% CI covers 1.0 about 95% of the
+    time (fixed seeds: the test is deterministic)."""
+    covered = 0
+    for session in range(200):
+        rng = random.Random(session)
+        base = [1e-3 * rng.lognormvariate(0, 0.03) for _ in range(64)]
+        cand = [1e-3 * rng.lognormvariate(0, 0.03) for _ in range(64)]
+        est = paired_estimate(base, cand, level=0.95, resamples=1000, seed=session)
+        covered += est.ci_low <= 1.0 <= est.ci_high
+    assert 0.88 <= covered / 200 <= 0.99, covered
+
+
+def test_timing_mode_is_decided_for_both_arms_together():
+    fast = {"fastest_graph_call_s": 5e-6, "capture_failures": []}
+    slow = {"fastest_graph_call_s": 50e-6, "capture_failures": []}
+    assert decide_timing_mode({"A": fast, "B": fast}, 10e-6)["graphs"] is True
+    assert decide_timing_mode({"A": slow, "B": fast}, 10e-6)["graphs"] is True  # the faster arm decides
+    assert decide_timing_mode({"A": fast, "B": {"fastest_graph_call_s": None, "capture_failures": ["x"]}},
+                              10e-6)["graphs"] is False  # one arm cannot be captured: eager for both
+    assert decide_timing_mode({"A": {}, "B": {}}, 10e-6) == {}  # a device without graphs

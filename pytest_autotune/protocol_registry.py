@@ -15,6 +15,8 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
+    # [studies] (issue 11: usability floor, plumbing-audit thresholds)
+    "2-studies": "a8dcb09a885832666189ede9b78701e9a377b448af3d26db134e28766077cadd",
 }
 
 

@@ -272,11 +272,14 @@ def _protocol(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autotune",
-        description="pytest-autotune: inspect, verify and merge the results store.",
+        description="pytest-autotune: the results store (verify, show, merge, quarantine), studies (study, "
+                    "remeasure, search, audit, anchors) and plots.",
         epilog="exit codes: 0 ok, 1 verify/merge found problems, 2 usage or store error",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    from . import commands  # noqa: F401  (registers study, remeasure, search, audit, anchors, plot)
+
     for register in _COMMANDS:
         register(sub)
     return parser

@@ -56,6 +56,13 @@ class Options:
     aa: bool
     probe_seed: Optional[int]
     base: Optional[str]
+    study: Optional[str] = None
+    arm: Optional[str] = None
+    iteration: Optional[int] = None
+    study_registry: Optional[str] = None
+    study_manifest: Optional[Path] = None
+    remeasure: Optional[str] = None
+    plots: Optional[Path] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -73,6 +80,14 @@ class Options:
             aa=bool(g("autotune_aa")),
             probe_seed=g("autotune_probe_seed"),
             base=g("autotune_base"),
+            study=g("autotune_study"),
+            arm=g("autotune_arm"),
+            iteration=g("autotune_iteration"),
+            study_registry=g("autotune_study_registry"),
+            study_manifest=Path(g("autotune_study_manifest")).expanduser().resolve()
+            if g("autotune_study_manifest") else None,
+            remeasure=g("autotune_remeasure"),
+            plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
         )
 
 
@@ -111,6 +126,14 @@ class AutotuneSession:
         self._flow: Optional["KernelFlow"] = None
         self._pool: Optional["SandboxPool"] = None
         self.origins = None  # OriginIndex for the held-out retest leg (controller, --device=mlx)
+        from .study.recorder import StudyRecorder
+
+        self.studies = StudyRecorder(Path(config.rootpath), study=self.opts.study, arm=self.opts.arm,
+                                     iteration=self.opts.iteration, registry=self.opts.study_registry,
+                                     manifest=self.opts.study_manifest)
+        self.remeasure = None  # RemeasureIndex (controller, --autotune-remeasure)
+        if self.opts.remeasure and not self.opts.measuring:
+            raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
@@ -197,6 +220,10 @@ class AutotuneSession:
         # origins are read before this run begins: every results row it can link to then belongs to a run that
         # began earlier, so merge/verify (which copy run by run) always meet the origin before the link
         self._load_origins()
+        if self.opts.remeasure:
+            from .study.remeasure import RemeasureIndex
+
+            self.remeasure = RemeasureIndex.load(self.store, self.opts.remeasure)
         self.store.begin_run(self.run)
         self.releases = {}
         for q in self.store.quarantine_list():
@@ -294,7 +321,7 @@ class AutotuneSession:
         return env
 
     def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
-        verdict = self.flow().run(spec)
+        verdict = self.studies.attach(self.flow().run(spec), spec)
         if not self.is_worker:
             verdict = dataclasses.replace(verdict, outcome=self.annotate(verdict.outcome))
         if self.opts.measuring:
@@ -319,8 +346,9 @@ class AutotuneSession:
         if o.verdict != "accepted":
             from .result import Rejection
 
-            rows.append(("rejections", Rejection(self.run_id, o.nodeid, o.problem, o.candidate, o.device,
-                                                 o.gate or "", o.verdict, o.reason[:4000]).as_row()))
+            rows.append(("rejections", {**Rejection(self.run_id, o.nodeid, o.problem, o.candidate, o.device,
+                                                    o.gate or "", o.verdict, o.reason[:4000]).as_row(),
+                                        **self.studies.rejection_columns(o)}))
         for table, row in rows:
             if self.is_worker:
                 self._dry_run(table, row)
@@ -341,6 +369,10 @@ class AutotuneSession:
 
     def write_row(self, table: str, row: dict, nodeid: str) -> Optional[int]:
         assert self.store is not None
+        if isinstance(row.get("study"), str):  # the pre-registration check is recorded before a study's first row
+            self.studies.ensure_registered(self.store, self.run_id, self.nonce, row["study"], nodeid)
+        if table == "results" and self.remeasure is not None:
+            row = self.remeasure.link(row)
         try:
             rid = self.store.insert_row(table, row, nonce=self.nonce if table in ("results", "quarantine") else None)
         except ValidatorRefusal as e:
@@ -393,6 +425,10 @@ class AutotuneSession:
             from .report.json_report import build_report, write_report
 
             write_report(self.opts.json_path, build_report(self))
+        if self.opts.plots is not None:
+            from .report.plots import write_session_plots
+
+            write_session_plots(self, self.opts.plots)
         return ok
 
     def finish(self) -> None:

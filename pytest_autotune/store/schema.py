@@ -997,7 +997,9 @@ def _remeasure_link_triggers() -> list[tuple[str, str]]:
     return [
         ("results_remeasure_link", _trigger(
             "results_remeasure_link", "BEFORE INSERT", "results",
-            f"NEW.remeasure_of IS NOT NULL AND NOT coalesce({valid}, 0)", "remeasure_link",
+            # a malformed reference is left to the CHECK remeasure_ref to name
+            "NEW.remeasure_of GLOB 'results:[1-9]*' AND substr(NEW.remeasure_of, 9) NOT GLOB '*[^0-9]*' "
+            f"AND NOT coalesce({valid}, 0)", "remeasure_link",
             "remeasure_of = results:ID must name an existing results row of another run with the same kind, "
             "problem, problem_sha256, candidate, candidate_sha256 and device (a re-measurement re-times the same "
             "bytes on the same device)")),

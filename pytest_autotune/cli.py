@@ -301,4 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the canonical module's main: subcommand modules register into pytest_autotune.cli, not into __main__
+    from pytest_autotune.cli import main as _main
+
+    sys.exit(_main())

@@ -9,8 +9,9 @@ first measurement, whether the entry was committed (docs/studies.md).
 Verdicts (band: ``[bands].anchoring``, ±10%):
 
 * ``in band (±10%)``: measured / published within 1 ± band;
-* ``divergent (pre-registered mechanism)``: outside the band, in the direction the entry predicted, and the
-  entry was committed before the anchor's first measurement and is unchanged;
+* ``divergent (pre-registered mechanism)``: outside the band, in the direction the entry predicted (``lower``,
+  ``higher`` or ``either``; ``none`` predicts the band), and the entry was committed before the anchor's first
+  measurement and is unchanged;
 * ``divergent, unexplained``: outside the band otherwise;
 * on another device than the published one's kind (the CPU dry run), ``dry run on <device>: not comparable``.
 """
@@ -24,10 +25,13 @@ from typing import Any, Mapping, Optional
 from .registry import ANCHOR_SECTION, RegistryError, parse_registry
 
 ANCHORS_FILE = "anchors.toml"
-DIRECTIONS = ("lower", "higher", "either")
+#: how the measured ratio is expected to diverge from the published one: "none" predicts it in band (any divergence
+#: is then unexplained); "either" explains a divergence either way (a weak prediction: say why in the mechanism)
+DIRECTIONS = ("lower", "higher", "either", "none")
 _REQUIRED = ("problem", "candidate", "source", "source_url", "sizes", "shapes", "dtype", "hardware", "software",
              "published_ratio", "published_timing", "mechanism", "expected_direction", "device")
-_OPTIONAL = ("kernelbench_problem", "published_eager_ms", "published_compiled_ms", "notes")
+_OPTIONAL = ("kernelbench_problem", "kernelbench_commit", "kernelbench_sha256", "published_eager_ms",
+             "published_compiled_ms", "notes")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ def _figure(width: float, height: float):
     except ImportError:
         raise AutotuneUsageError("plots need matplotlib: pip install 'pytest-autotune[plots]' "
                                  "(or pip install matplotlib)") from None
-    fig = Figure(figsize=(width, height), dpi=110)
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -55,51 +55,60 @@ def _log_limits(values: Iterable[float], pad: float = 1.25) -> tuple[float, floa
 # ---------------------------------------------------------------------------------------------- speedups
 
 
+def _speedup_axis(ax: Any, lo: float, hi: float) -> None:
+    """Log x axis with plain tick labels (0.5x, 1x, 2x ...)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
+    ticks = [t for t in (0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 10, 15, 20, 30) if lo <= t <= hi]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+
+
 def plot_speedups(items: Sequence[dict], path: Path, title: str = "") -> Path:
     """Per-item speedup with CI against the honest (strongest frozen) baseline, and the strawman marker."""
     items = sorted(items, key=lambda i: (i["problem"], i["candidate"]))
     n = max(len(items), 1)
-    fig = _figure(9.0, 1.2 + 0.34 * n)
+    fig = _figure(10.0, 1.4 + 0.34 * n)
     ax = fig.add_subplot(1, 1, 1)
     labels = []
     xs_all: list[float] = []
+    shown = {"ci": False, "strawman": False}
     for y, it in enumerate(items):
-        labels.append(f"{it['problem']} / {it['candidate']}")
+        baseline = it.get("baseline")
+        labels.append(f"{it['problem']} / {it['candidate']}"
+                      + (f"  (vs {baseline})" if baseline and baseline != "reference" else ""))
         sp = it.get("speedup")
         if it.get("verdict") == "accepted" and sp:
             lo, hi = it.get("ci") or [sp, sp]
             ax.errorbar([sp], [y], xerr=[[sp - lo], [hi - sp]], fmt="o", color=_COLORS[0], ecolor=_COLORS[0],
-                        capsize=3, ms=5, label="speedup vs strongest baseline, 95% CI" if y == 0 or not xs_all
-                        else None)
+                        capsize=3, ms=5, label=None if shown["ci"] else "speedup vs the strongest frozen baseline, "
+                        "95% CI")
+            shown["ci"] = True
             xs_all += [lo, hi, sp]
             st = it.get("strawman_speedup")
             if st and abs(st - sp) > 1e-9 * sp:
                 ax.plot([st], [y], marker="^", mfc="none", mec=_COLORS[4], ms=7, ls="none",
-                        label="strawman: vs naive reference" if "strawman" not in
-                        [h.get_label() for h in ax.get_lines()] else None)
+                        label=None if shown["strawman"] else "strawman: the same candidate vs the naive reference")
+                shown["strawman"] = True
                 xs_all.append(st)
-            baseline = it.get("baseline")
-            if baseline and baseline != "reference":
-                ax.annotate(f"vs {baseline}", (hi, y), xytext=(4, -3), textcoords="offset points", fontsize=7,
-                            color="#555555")
         else:
             gate = it.get("gate") or "-"
             ax.plot([1.0], [y], marker="x", color="#888888", ms=6, ls="none")
             ax.annotate(f"{it.get('verdict', '?')} ({gate})", (1.0, y), xytext=(6, -3), textcoords="offset points",
                         fontsize=7, color="#888888")
     ax.axvline(1.0, color="#333333", lw=0.8, ls="--")
-    ax.set_xscale("log")
-    lo, hi = _log_limits(xs_all)
-    ax.set_xlim(lo, hi)
+    _speedup_axis(ax, *_log_limits(xs_all))
     ax.set_yticks(range(len(items)))
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("speedup (baseline time / candidate time), log scale; dashed: 1.0x")
-    ax.grid(axis="x", which="both", alpha=0.25)
-    handles, hl = ax.get_legend_handles_labels()
-    if handles:
-        ax.legend(handles, hl, fontsize=7, loc="lower right")
-    ax.set_title(title or "speedups", fontsize=10)
+    ax.set_xlabel("speedup = baseline time / candidate time (log scale; dashed: 1x)")
+    ax.grid(axis="x", alpha=0.25)
+    if shown["ci"] or shown["strawman"]:
+        ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    fig.suptitle(title or "speedups", fontsize=10)
     return _save(fig, path)
 
 
@@ -114,8 +123,9 @@ def plot_aa(items: Sequence[dict], path: Path, title: str = "") -> Path:
     aa = sorted(aa, key=lambda i: i["speedup"])
     sps = [i["speedup"] for i in aa]
     covers = sum(1 for i in aa if i["ci"][0] <= 1.0 <= i["ci"][1])
-    fig = _figure(10.0, 3.2 + 0.18 * len(aa))
-    ax1 = fig.add_subplot(1, 2, 1)
+    fig = _figure(11.0, 3.2 + 0.18 * len(aa))
+    grid = fig.add_gridspec(2, 2, width_ratios=[1.0, 1.3], height_ratios=[1.0, 1.0])
+    ax1 = fig.add_subplot(grid[0, 0])
     bins = max(5, min(30, len(sps)))
     ax1.hist(sps, bins=bins, color=_COLORS[0], alpha=0.75)
     ax1.axvline(1.0, color="#333333", lw=1, ls="--", label="1.0 (no difference)")
@@ -124,7 +134,7 @@ def plot_aa(items: Sequence[dict], path: Path, title: str = "") -> Path:
     ax1.set_xlabel("A/A speedup (the reference against itself)")
     ax1.set_ylabel("items")
     ax1.legend(fontsize=7)
-    ax2 = fig.add_subplot(1, 2, 2)
+    ax2 = fig.add_subplot(grid[:, 1])
     for y, it in enumerate(aa):
         lo, hi = it["ci"]
         ok = lo <= 1.0 <= hi

@@ -9,7 +9,11 @@ Dimensions (docs/studies.md, "Search templates"):
   output, so a block's rows stay in cache across the passes;
 * ``inplace_divide`` -- normalise with ``div_`` in the output buffer, or allocate the quotient.
 
-Every point is exact up to float32 rounding (no lower precision, no approximations) and leaves its input alone.
+No point lowers precision or writes its input. ``logsumexp`` is the space's numerically weak point: where the
+row's magnitude is so large that float32 cannot hold ``lse - x`` (rows of a constant 1e12: ``lse`` rounds back to
+1e12), it returns 1 instead of 1/n; the probes' constant inputs catch it, and a search that draws it records an
+unusable iteration (measured 2026-12-01: 1 of the 6 logsumexp points refused by a probe in a correctness run of
+all 24 points; the other 23 points passed).
 """
 import torch
 import torch.nn as nn

@@ -167,13 +167,15 @@ def plot_transfer(items: Sequence[dict], path: Path, title: str = "") -> Path:
         origin = t.get("origin_speedup")
         text = (f"{origin:.2f}x on {t.get('origin_device', '?')} -> {r['speedup']:.2f}x here"
                 if origin and r.get("speedup") else f"ratio {r['transfer_ratio']:.2f}")
+        if t.get("verdict"):
+            text += f": {t['verdict']}"
         ax.annotate(text, (r["transfer_ratio"], y), xytext=(4, -3), textcoords="offset points", fontsize=7)
     ax.axvline(1.0, color="#333333", lw=0.8, ls="--")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{r['problem']} / {r['candidate']}" for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("transfer ratio = held-out speedup / origin speedup (red: slower than the baseline there)")
-    ax.set_xlim(0, max(ratios + [1.0]) * 1.45)
+    ax.set_xlim(0, max(ratios + [1.0]) * 2.0)  # room for the annotations
     ax.set_title(title or "held-out transfer ratios", fontsize=10)
     return _save(fig, path)
 
@@ -197,6 +199,7 @@ def plot_study(report: dict, path: Path) -> Path:
         ax = fig.add_subplot(len(problems), 1, k + 1)
         ys: list[float] = []
         max_it = 1
+        any_bad = False
         for j, arm in enumerate(arms):
             color = _COLORS[j % len(_COLORS)]
             traj = next((t for t in arm["trajectories"] if t["problem"] == problem), None)
@@ -224,6 +227,7 @@ def plot_study(report: dict, path: Path) -> Path:
                 ax.plot([x for x, _ in u], [y for _, y in u], "o", color=color, ms=4, alpha=0.7)
                 ys += [y for _, y in u]
             bad = [p["iteration"] for p in pts if not p["usable"]]
+            any_bad = any_bad or bool(bad)
             if bad:
                 # in a strip at the bottom of the panel: x in data, y in axes coordinates
                 ax.plot([b + 0.06 * (j - (len(arms) - 1) / 2) for b in bad], [0.05] * len(bad), "x", color=color,
@@ -237,17 +241,20 @@ def plot_study(report: dict, path: Path) -> Path:
         if ys:
             lo, hi = min(ys + [1.0]), max(ys + [1.0])
             span = hi - lo or 0.1
-            ax.set_ylim(lo - 0.2 * span, hi + 0.15 * span)  # room for the strip of unusable iterations
-        from matplotlib.patches import Rectangle
+            # room at the bottom for the strip of unusable iterations
+            ax.set_ylim(lo - (0.2 if any_bad else 0.08) * span, hi + 0.15 * span)
+        if any_bad:
+            from matplotlib.patches import Rectangle
 
-        ax.add_patch(Rectangle((0, 0), 1, 0.1, transform=ax.transAxes, color="#eeeeee", zorder=0, lw=0))
+            ax.add_patch(Rectangle((0, 0), 1, 0.1, transform=ax.transAxes, color="#eeeeee", zorder=0, lw=0))
         ax.set_xlim(0.5, max_it + 0.5)
         ax.set_xticks(range(1, max_it + 1) if max_it <= 30 else ax.get_xticks())
         ax.set_ylabel(f"{problem}\nspeedup")
         ax.grid(alpha=0.25)
         ax.legend(fontsize=7, loc="lower right")
         if k == len(problems) - 1:
-            ax.set_xlabel("iteration (crosses in the grey strip: iteration with no accepted measurement)")
+            ax.set_xlabel("iteration" + (" (crosses in the grey strip: an iteration with no accepted measurement)"
+                                         if any_bad else " (every iteration usable)"))
     fig.suptitle(f"study {report.get('study')}: {report.get('label', '')}", fontsize=10)
     return _save(fig, path)
 

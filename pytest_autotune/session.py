@@ -126,11 +126,13 @@ class AutotuneSession:
         self._flow: Optional["KernelFlow"] = None
         self._pool: Optional["SandboxPool"] = None
         self.origins = None  # OriginIndex for the held-out retest leg (controller, --device=mlx)
+        from .plugin import BUNDLED_ROOT
         from .study.recorder import StudyRecorder
 
         self.studies = StudyRecorder(Path(config.rootpath), study=self.opts.study, arm=self.opts.arm,
                                      iteration=self.opts.iteration, registry=self.opts.study_registry,
-                                     manifest=self.opts.study_manifest)
+                                     manifest=self.opts.study_manifest,
+                                     problem_roots=(Path(config.rootpath) / BUNDLED_ROOT, *self.opts.problems))
         self.remeasure = None  # RemeasureIndex (controller, --autotune-remeasure)
         if self.opts.remeasure and not self.opts.measuring:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
@@ -370,7 +372,7 @@ class AutotuneSession:
     def write_row(self, table: str, row: dict, nodeid: str) -> Optional[int]:
         assert self.store is not None
         if isinstance(row.get("study"), str):  # the pre-registration check is recorded before a study's first row
-            self.studies.ensure_registered(self.store, self.run_id, self.nonce, row["study"], nodeid)
+            self.studies.ensure_registered(self.store, self.run_id, self.nonce, row["study"])
         if table == "results" and self.remeasure is not None:
             row = self.remeasure.link(row)
         try:

@@ -112,7 +112,7 @@ def test_the_pre_registration_check_reads_git(tmp_path):
     assert check_registration(tmp_path, "studies.toml", "study", "s1").status == "unregistered"  # no file
     (tmp_path / "studies.toml").write_text(STUDY_TOML)
     c = check_registration(tmp_path, "studies.toml", "study", "s1")
-    assert c.status == "uncommitted" and "not a git checkout" in c.detail  # nothing proves when it was written
+    assert c.status == "uncommitted" and "not in a git checkout" in c.detail  # nothing proves when it was written
     git(tmp_path, "init", "-q")
     git(tmp_path, "commit", "-q", "--allow-empty", "-m", "empty")
     c = check_registration(tmp_path, "studies.toml", "study", "s1")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from .registry import ANCHOR_SECTION, RegistryError, parse_registry
 
@@ -108,18 +108,32 @@ def parse_anchors(path: Path) -> dict[str, Anchor]:
 
 class AnchorIndex:
     """Anchors by (problem file, candidate), from the ``anchors.toml`` beside problem files (read once per
-    folder)."""
+    folder), and by id."""
 
-    def __init__(self) -> None:
+    def __init__(self, roots: Iterable[Path] = ()) -> None:
         self._folders: dict[Path, dict[tuple[str, str], Anchor]] = {}
+        self._by_id: dict[str, Anchor] = {}
+        for root in roots:
+            root = Path(root)
+            if root.is_dir():
+                for f in sorted(root.rglob(ANCHORS_FILE)):
+                    self._folder(f.parent)
 
-    def lookup(self, problem_path: Path, candidate: str) -> Optional[Anchor]:
-        folder = Path(problem_path).resolve().parent
+    def _folder(self, folder: Path) -> dict[tuple[str, str], Anchor]:
+        folder = folder.resolve()
         if folder not in self._folders:
             f = folder / ANCHORS_FILE
-            self._folders[folder] = ({(a.problem, a.candidate): a for a in parse_anchors(f).values()}
-                                     if f.is_file() else {})
-        return self._folders[folder].get((Path(problem_path).stem, candidate))
+            anchors = parse_anchors(f) if f.is_file() else {}
+            self._folders[folder] = {(a.problem, a.candidate): a for a in anchors.values()}
+            for a in anchors.values():
+                self._by_id.setdefault(a.id, a)
+        return self._folders[folder]
+
+    def lookup(self, problem_path: Path, candidate: str) -> Optional[Anchor]:
+        return self._folder(Path(problem_path).resolve().parent).get((Path(problem_path).stem, candidate))
+
+    def by_id(self, anchor_id: str) -> Optional[Anchor]:
+        return self._by_id.get(anchor_id)
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,9 @@ class StudyTag:
 
 class StudyRecorder:
     def __init__(self, root: Path, *, study: Optional[str], arm: Optional[str], iteration: Optional[int],
-                 registry: Optional[str], manifest: Optional[Path]) -> None:
+                 registry: Optional[str], manifest: Optional[Path], problem_roots: tuple[Path, ...] = ()) -> None:
         self.root = Path(root)
+        self.problem_roots = tuple(problem_roots)
         self.manifest: Optional[Manifest] = load_manifest(manifest) if manifest else None
         if self.manifest is not None:
             if study is not None and study != self.manifest.study:
@@ -80,7 +81,8 @@ class StudyRecorder:
         self.arm = valid_name(arm, "--arm") if arm is not None else None
         self.iteration = iteration
         self.registry = registry or STUDY_REGISTRY
-        self.anchors = AnchorIndex()
+        self.anchors = AnchorIndex()  # folders are read as items meet them; by id: anchor_by_id()
+        self._all_anchors: Optional[AnchorIndex] = None
         self._checks: dict[str, RegistrationCheck] = {}
         self._stored: dict[str, dict] = {}
         self._summary: Optional[dict[str, Any]] = None
@@ -138,24 +140,33 @@ class StudyRecorder:
         return cols
 
     # ------------------------------------------------------------------------------------------- registration
-    def _registry_of(self, study: str, nodeid: str) -> tuple[str, str, str]:
-        """(registry file relative to the rootdir, section, entry name) of a study."""
+    def anchor_by_id(self, anchor_id: str) -> Optional[Anchor]:
+        """Every anchors.toml under the problem roots, indexed once (node ids do not reliably name files: pytest
+        writes them relative to whatever rootdir it chose)."""
+        if self._all_anchors is None:
+            self._all_anchors = AnchorIndex(self.problem_roots)
+        return self._all_anchors.by_id(anchor_id)
+
+    def _registry_of(self, study: str) -> tuple[str, str, str]:
+        """(registry file, relative to the rootdir when inside it; section; entry name) of a study."""
         if study.startswith(ANCHOR_PREFIX):
-            problem = self.root / nodeid.split("::", 1)[0]
+            aid = study[len(ANCHOR_PREFIX):]
+            anchor = self.anchor_by_id(aid)
+            f = anchor.registry.resolve() if anchor is not None else Path(ANCHORS_FILE)
             try:
-                rel = (problem.parent / ANCHORS_FILE).resolve().relative_to(self.root.resolve()).as_posix()
+                rel = f.relative_to(self.root.resolve()).as_posix()
             except ValueError:
-                rel = str(problem.parent / ANCHORS_FILE)
-            return rel, ANCHOR_SECTION, study[len(ANCHOR_PREFIX):]
+                rel = str(f)
+            return rel, ANCHOR_SECTION, aid
         return self.registry, STUDY_SECTION, study
 
-    def check(self, study: str, nodeid: str = "") -> RegistrationCheck:
+    def check(self, study: str) -> RegistrationCheck:
         if study not in self._checks:
-            registry, section, name = self._registry_of(study, nodeid)
+            registry, section, name = self._registry_of(study)
             self._checks[study] = check_registration(self.root, registry, section, name, study=study)
         return self._checks[study]
 
-    def ensure_registered(self, store: "ResultStore", run_id: str, nonce: bytes, study: str, nodeid: str) -> None:
+    def ensure_registered(self, store: "ResultStore", run_id: str, nonce: bytes, study: str) -> None:
         """Record the study's registration before its first row (controller). A registration already in the store
         stays as it is: the first row decided it."""
         from ..store.studies import record_registration, registration
@@ -164,7 +175,7 @@ class StudyRecorder:
             return
         existing = registration(store, study)
         if existing is None:
-            check = self.check(study, nodeid)
+            check = self.check(study)
             try:
                 record_registration(store, check.as_row(run_id), nonce=nonce)
             except ValidatorRefusal as e:
@@ -236,11 +247,12 @@ class StudyRecorder:
         out_anchors = []
         for o in anchors:
             study = o.details["study"]["study"]
-            anchor = self.anchors.lookup(self.root / o.nodeid.split("::", 1)[0], o.candidate)
+            anchor = self.anchor_by_id(study[len(ANCHOR_PREFIX):])
             if anchor is None:
+                self.errors.append(f"{o.nodeid}: anchor {study} is in no anchors.toml under the problem roots")
                 continue
             if study not in self._checks and study not in self._stored:
-                self.check(study, o.nodeid)
+                self.check(study)
             ok, reasons = self.status(study)
             measured = o.measurement.speedup if (o.measurement is not None and o.verdict == "accepted") else None
             v = anchor_verdict(anchor, measured, device, band, ok, "; ".join(reasons))

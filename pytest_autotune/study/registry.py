@@ -219,17 +219,19 @@ def check_registration(root: Path, registry: str, section: str, name: str, *, st
                                  f"{registry} has no entry [{section}.{name}]: the study was not registered before "
                                  "its first result")
     digest = entry_sha256(entry)
-    top = _git(root, "rev-parse", "--show-toplevel")
-    head = _git(root, "rev-parse", "--verify", "HEAD^{commit}")
+    path = (Path(root) / registry).resolve()
+    where = path.parent  # the repository that holds the registry file (usually the rootdir's)
+    top = _git(where, "rev-parse", "--show-toplevel")
+    head = _git(where, "rev-parse", "--verify", "HEAD^{commit}")
     if top is None or head is None:
         return RegistrationCheck(study, "uncommitted", registry, entry, digest, None,
-                                 f"{label} exists but {root} is not a git checkout with a commit, so nothing shows "
-                                 "it was written before the first result; commit it first")
+                                 f"{label} exists but {where} is not in a git checkout with a commit, so nothing "
+                                 "shows it was written before the first result; commit it first")
     try:
-        rel = (Path(root).resolve() / registry).relative_to(Path(top.strip()).resolve()).as_posix()
+        rel = path.relative_to(Path(top.strip()).resolve()).as_posix()
     except ValueError:
         rel = registry
-    committed_text = _git(root, "show", f"{head.strip()}:{rel}")
+    committed_text = _git(where, "show", f"{head.strip()}:{rel}")
     committed = None
     if committed_text is not None:
         try:

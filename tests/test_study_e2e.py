@@ -85,8 +85,11 @@ def frozen_fast_protocol(root: Path, **overrides: str) -> None:
     work), a sandbox descheduled between samples left 40-60% of a round's wall time unexplained and honest
     candidates were refused; these tests are about studies, and the gate has its own tests. Hypothesis-drawn
     probes are off (the explicit ones still run): each session costs seconds here."""
-    overrides = {"integrity.wall_clock_max_unexplained": "0.95", "probes.max_examples": "0", **overrides}
-    text = fast_protocol_text(**overrides)
+    overrides = {"probes.max_examples": "0", **overrides}
+    try:
+        text = fast_protocol_text(**{"integrity.wall_clock_max_unexplained": "0.95", **overrides})
+    except KeyError:  # a protocol without that gate key (its wall-clock check changed): nothing to relax
+        text = fast_protocol_text(**overrides)
     current = text.split('version = "', 1)[1].split('"', 1)[0]
     text = text.replace(f'version = "{current}"', 'version = "e2e-studies"', 1)
     (root / "protocol.toml").write_text(text)

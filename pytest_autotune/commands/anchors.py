@@ -22,7 +22,7 @@ def _anchor_files(root: Path, given: list[Path]) -> list[Path]:
 
 def _run(args: argparse.Namespace) -> int:
     from ..store import ResultStore
-    from ..store.studies import registration
+    from ..store.studies import registration, study_results
     from ..study.anchors import anchor_verdict, parse_anchors
     from ..study.registry import ANCHOR_SECTION, check_registration
 
@@ -41,15 +41,11 @@ def _run(args: argparse.Namespace) -> int:
                 if reg is not None:
                     ok = reg["status"] == "registered" and reg["entry_sha256"] == now.entry_sha256
                     detail = reg["detail"] if ok else (
-                        f"registration {reg['status']}" + ("" if reg["entry_sha256"] == now.entry_sha256
-                                                           else "; entry edited since the first measurement"))
+                        f"{reg['status']} at the first measurement: {reg['detail']}"
+                        if reg["status"] != "registered" else "the entry was edited since the first measurement")
                 else:
                     ok, detail = now.registered, now.detail + " (not measured yet)"
-                rows = []
-                if store is not None:
-                    rows = [dict(r) for r in store._conn.execute(
-                        "SELECT r.*, runs.device AS run_device FROM results AS r JOIN runs ON runs.run_id = r.run_id "
-                        "WHERE r.study = ? ORDER BY r.id", [anchor.study])]
+                rows = study_results(store, anchor.study) if store is not None else []
                 latest = {}
                 for r in rows:
                     latest[r["device"]] = r

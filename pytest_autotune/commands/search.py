@@ -17,14 +17,10 @@ def _next_iteration(db: Path, study: str, arm: str, problem: str) -> int:
     if not db.exists():
         return 1
     from ..store import ResultStore
+    from ..store.studies import last_iteration
 
     with ResultStore.open(db, readonly=True) as store:
-        last = 0
-        for table in ("results", "rejections"):
-            r = store._conn.execute(f"SELECT max(iteration) FROM {table} WHERE study = ? AND arm = ? AND problem = ?",
-                                    [study, arm, problem]).fetchone()
-            last = max(last, r[0] or 0)
-    return last + 1
+        return last_iteration(store, study, arm, problem) + 1
 
 
 def _run(args: argparse.Namespace) -> int:

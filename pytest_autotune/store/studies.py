@@ -9,7 +9,7 @@ from typing import Any, Optional
 from .db import ResultStore
 
 __all__ = ["record_registration", "registration", "study_names", "study_rows", "record_verdict", "verdicts",
-           "remeasured_rows"]
+           "remeasured_rows", "last_iteration", "study_results"]
 
 
 def record_registration(store: ResultStore, row: dict[str, Any], *, nonce: bytes) -> int:
@@ -57,3 +57,18 @@ def remeasured_rows(store: ResultStore, run_id: str) -> list[dict]:
         "o.baseline AS orig_baseline, o.n_pairs AS orig_n_pairs FROM results AS n "
         "JOIN results AS o ON 'results:' || o.id = n.remeasure_of WHERE n.run_id = ? ORDER BY n.id", [run_id])
     return [dict(r) for r in rows]
+
+
+def last_iteration(store: ResultStore, study: str, arm: str, problem: str) -> int:
+    """The highest iteration an arm recorded on a problem (results or refusals), 0 when none."""
+    last = 0
+    for table in ("results", "rejections"):
+        r = store._conn.execute(f"SELECT max(iteration) FROM {table} WHERE study = ? AND arm = ? AND problem = ?",
+                                [study, arm, problem]).fetchone()
+        last = max(last, r[0] or 0)
+    return last
+
+
+def study_results(store: ResultStore, study: str) -> list[dict]:
+    """The accepted results of a study, oldest first."""
+    return [dict(r) for r in store._conn.execute("SELECT * FROM results WHERE study = ? ORDER BY id", [study])]

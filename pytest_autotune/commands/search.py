@@ -101,7 +101,7 @@ def _search(sub) -> None:
     p.add_argument("--study", required=True, metavar="NAME")
     p.add_argument("--arm", required=True, metavar="NAME")
     p.add_argument("--fix", action="append", default=[], metavar="KEY=VALUE",
-                   help="pin a dimension of the space (repeatable), e.g. --fix compile='none'")
+                   help="pin a dimension of the space (repeatable), e.g. --fix algorithm='library'")
     p.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="--candidates folder to write (default candidates/search/<study>/<arm>; must be inside "
                         "[surface].modifiable)")

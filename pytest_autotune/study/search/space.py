@@ -107,7 +107,7 @@ def parse_fix(items: Sequence[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise AutotuneUsageError(f"--fix {item!r}: write KEY=VALUE, e.g. --fix compile='none' or --fix block=8")
+            raise AutotuneUsageError(f"--fix {item!r}: write KEY=VALUE, e.g. --fix algorithm='library' or --fix block_rows=16")
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):

@@ -272,11 +272,14 @@ def _protocol(sub) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autotune",
-        description="pytest-autotune: inspect, verify and merge the results store.",
+        description="pytest-autotune: the results store (verify, show, merge, quarantine), studies (study, "
+                    "remeasure, search, audit, anchors) and plots.",
         epilog="exit codes: 0 ok, 1 verify/merge found problems, 2 usage or store error",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    from . import commands  # noqa: F401  (registers study, remeasure, search, audit, anchors, plot)
+
     for register in _COMMANDS:
         register(sub)
     return parser
@@ -298,4 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the canonical module's main: subcommand modules register into pytest_autotune.cli, not into __main__
+    from pytest_autotune.cli import main as _main
+
+    sys.exit(_main())

@@ -44,6 +44,18 @@ def _existing_dir(value: str) -> str:
     return value
 
 
+def _iteration(value: str) -> int:
+    import argparse
+
+    try:
+        v = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an iteration number") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("--iteration must be >= 0")
+    return v
+
+
 def _seed(value: str) -> int:
     import argparse
 
@@ -85,11 +97,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "otherwise refuse to record and name the files.")
     g.addoption("--autotune-probe-seed", dest="autotune_probe_seed", default=None, type=_seed, metavar="N",
                 help="replay the hypothesis cheat probes with this seed (printed when a probe fails).")
+    # studies (docs/studies.md)
+    g.addoption("--study", dest="autotune_study", default=None, metavar="NAME",
+                help="attach every item's result or refusal to study NAME (with --arm, and --iteration).")
+    g.addoption("--arm", dest="autotune_arm", default=None, metavar="NAME", help="the study arm of these items.")
+    g.addoption("--iteration", dest="autotune_iteration", default=None, type=_iteration, metavar="K",
+                help="the iteration of the arm these items are (an agent's K-th attempt).")
+    g.addoption("--study-registry", dest="autotune_study_registry", default=None, metavar="PATH",
+                help="the study registry, relative to the rootdir (default: studies.toml).")
+    g.addoption("--study-manifest", dest="autotune_study_manifest", default=None, metavar="PATH",
+                help="the manifest autotune search wrote: study, arm and each generated candidate's iteration; "
+                     "other candidates are deselected.")
+    g.addoption("--autotune-remeasure", dest="autotune_remeasure", default=None, metavar="RUN_ID",
+                help="re-time the accepted results of RUN_ID: each new result is linked to the row it re-measures; "
+                     "other items are deselected (autotune remeasure runs this).")
+    g.addoption("--autotune-plots", dest="autotune_plots", default=None, metavar="DIR",
+                help="write PNG plots of the session to DIR (speedups with CI, A/A, transfer ratios, study "
+                     "trajectories).")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "autotune: a kernel item collected by pytest-autotune")
     config.addinivalue_line("markers", "autotune_problem(path): the KernelBench problem a hand-written test measures")
+    config.addinivalue_line("markers", "anchor: an external anchor (anchors.toml); run only when -m names it")
     config.pluginmanager.register(BuiltinParts(), "autotune-builtin")
     from . import fixtures
 
@@ -257,13 +287,30 @@ class BrokenFileItem(pytest.Item):
         return self.path, None, f"{self.path.name}: unusable problem file"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Anchors get the ``anchor`` marker (and run only when ``-m`` names it); a search manifest or a re-measure
+    selects its own items (docs/studies.md)."""
+    s = config.stash.get(SESSION_KEY, None)
+    if s is None:
+        return
+    from .study.selection import select_items
+
+    keep, drop = select_items(s, items, config)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is None or session.is_worker or not session.outcomes:
         return
     from .report.terminal import write_summary
+    from .study.session_report import write_terminal
 
     write_summary(terminalreporter, session)
+    write_terminal(terminalreporter, session)
 
 
 class XdistHooks:

@@ -171,6 +171,17 @@ class BandsSection:
 
 
 @dataclass(frozen=True)
+class StudiesSection:
+    """Studies (docs/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
+
+    min_usable_fraction: float = _f(ge=0.0, le=1.0)
+    max_truncation_rate: float = _f(ge=0.0, le=1.0)
+    max_error_rate: float = _f(ge=0.0, le=1.0)
+    max_timeout_rate: float = _f(ge=0.0, le=1.0)
+    call_timeout_s: float = _f(gt=0.0)
+
+
+@dataclass(frozen=True)
 class SurfaceSection:
     modifiable: tuple[str, ...] = _f()
 
@@ -192,6 +203,7 @@ class Protocol:
     devices: DevicesSection = _f()
     bars: BarsSection = _f()
     bands: BandsSection = _f()
+    studies: StudiesSection = _f()
     surface: SurfaceSection = _f()
     # not from the file:
     sha256: str = field(default="", compare=False)

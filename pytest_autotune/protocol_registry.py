@@ -15,7 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
-    "2": "5576d785944cff966ca32ea41df15a116029777757f1858fef5cb535dff26120",
+    "2": "7c2e092d03478491272ae0039e8054be6a8045322ec2d7c31b68ee7434e33062",
 }
 
 

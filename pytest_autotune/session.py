@@ -33,6 +33,7 @@ from .seeds import new_nonce, nonce_commitment
 if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, not with the plugin
     from .flow import FlowVerdict, KernelFlow
     from .store import ResultStore
+    from .study.remeasure import RemeasureIndex
     from .study.transfer import OriginIndex
     from .measure.devices.base import Device
     from .sandbox.runner import SandboxPool
@@ -58,6 +59,13 @@ class Options:
     aa: bool
     probe_seed: Optional[int]
     base: Optional[str]
+    study: Optional[str] = None
+    arm: Optional[str] = None
+    iteration: Optional[int] = None
+    study_registry: Optional[str] = None
+    study_manifest: Optional[Path] = None
+    remeasure: Optional[str] = None
+    plots: Optional[Path] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -75,6 +83,14 @@ class Options:
             aa=bool(g("autotune_aa")),
             probe_seed=g("autotune_probe_seed"),
             base=g("autotune_base"),
+            study=g("autotune_study"),
+            arm=g("autotune_arm"),
+            iteration=g("autotune_iteration"),
+            study_registry=g("autotune_study_registry"),
+            study_manifest=Path(g("autotune_study_manifest")).expanduser().resolve()
+            if g("autotune_study_manifest") else None,
+            remeasure=g("autotune_remeasure"),
+            plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
         )
 
 
@@ -113,6 +129,16 @@ class AutotuneSession:
         self._flow: Optional["KernelFlow"] = None
         self._pool: Optional["SandboxPool"] = None
         self.origins: Optional["OriginIndex"] = None  # the held-out retest leg's origins (controller, --device=mlx)
+        from .plugin import BUNDLED_ROOT
+        from .study.recorder import StudyRecorder
+
+        self.studies = StudyRecorder(Path(config.rootpath), study=self.opts.study, arm=self.opts.arm,
+                                     iteration=self.opts.iteration, registry=self.opts.study_registry,
+                                     manifest=self.opts.study_manifest,
+                                     problem_roots=(Path(config.rootpath) / BUNDLED_ROOT, *self.opts.problems))
+        self.remeasure: Optional["RemeasureIndex"] = None  # controller, --autotune-remeasure
+        if self.opts.remeasure and not self.opts.measuring:
+            raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
@@ -201,6 +227,10 @@ class AutotuneSession:
         # origins are read before this run begins: every results row it can link to then belongs to a run that
         # began earlier, so merge/verify (which copy run by run) always meet the origin before the link
         self._load_origins()
+        if self.opts.remeasure:
+            from .study.remeasure import RemeasureIndex
+
+            self.remeasure = RemeasureIndex.load(self.store, self.opts.remeasure)
         self.store.begin_run(self.run)
         self.releases = {}
         for q in self.store.quarantine_list():
@@ -314,7 +344,7 @@ class AutotuneSession:
         return env
 
     def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
-        verdict = self.flow().run(spec)
+        verdict = self.studies.attach(self.flow().run(spec), spec)
         if not self.is_worker:
             verdict = dataclasses.replace(verdict, outcome=self.annotate(verdict.outcome))
         if self.opts.measuring:
@@ -339,8 +369,9 @@ class AutotuneSession:
         if o.verdict != "accepted":
             from .result import Rejection
 
-            rows.append(("rejections", Rejection(self.run_id, o.nodeid, o.problem, o.candidate, o.device,
-                                                 o.gate or "", o.verdict, o.reason[:4000]).as_row()))
+            rows.append(("rejections", {**Rejection(self.run_id, o.nodeid, o.problem, o.candidate, o.device,
+                                                    o.gate or "", o.verdict, o.reason[:4000]).as_row(),
+                                        **self.studies.rejection_columns(o)}))
         for table, row in rows:
             if self.is_worker:
                 self._dry_run(table, row)
@@ -361,6 +392,10 @@ class AutotuneSession:
 
     def write_row(self, table: str, row: dict, nodeid: str) -> Optional[int]:
         assert self.store is not None
+        if isinstance(row.get("study"), str):  # the pre-registration check is recorded before a study's first row
+            self.studies.ensure_registered(self.store, self.run_id, self.nonce, row["study"])
+        if table == "results" and self.remeasure is not None:
+            row = self.remeasure.link(row)
         try:
             rid = self.store.insert_row(table, row, nonce=self.nonce if table in ("results", "quarantine") else None)
         except ValidatorRefusal as e:
@@ -413,6 +448,10 @@ class AutotuneSession:
             from .report.json_report import build_report, write_report
 
             write_report(self.opts.json_path, build_report(self))
+        if self.opts.plots is not None:
+            from .report.plots import write_session_plots
+
+            write_session_plots(self, self.opts.plots)
         return ok
 
     def finish(self) -> None:

@@ -36,14 +36,22 @@ def test_one_changed_byte_unfreezes_and_names_the_fix():
     assert "bump [protocol].version" in status.message
 
 
+def _with_version(version: str) -> bytes:
+    """protocol.toml with its [protocol].version replaced (whatever the current one is)."""
+    current = parse_protocol(ROOT_PROTOCOL.read_bytes()).version
+    raw = ROOT_PROTOCOL.read_bytes()
+    assert raw.count(f'version = "{current}"'.encode()) == 1
+    return raw.replace(f'version = "{current}"'.encode(), f'version = "{version}"'.encode())
+
+
 def test_unknown_version_is_not_frozen():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "2"', b'version = "999-local"')
+    raw = _with_version("999-local")
     status = freeze_status(parse_protocol(raw))
     assert not status.frozen and "is not frozen" in status.message and "--autotune-exploratory" in status.message
 
 
 def test_extra_pins_from_a_hook_freeze_a_project_protocol():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "2"', b'version = "acme-1"')
+    raw = _with_version("acme-1")
     proto = parse_protocol(raw)
     assert freeze_status(proto, {"acme-1": proto.sha256}).frozen
     with pytest.raises(ProtocolError, match="pinned twice"):

@@ -72,15 +72,15 @@ def _heldout(run_id: str = "run-mlx", i: int = 0, **overrides) -> dict:
 
 
 def test_schema_version_and_migrations():
-    assert SCHEMA_VERSION == 3
-    assert [m.name for m in schema.migrations._migrations] == ["0001_initial", "0002_retest", "0003_provenance"]
+    assert SCHEMA_VERSION == 5
+    assert [m.name for m in schema.migrations._migrations][:3] == ["0001_initial", "0002_retest", "0003_provenance"]
     results = dict(schema.TABLES)["results"]
     v1 = dict(schema.TABLES_0001)["results"]
     assert "retest" not in v1 and "transfer_ratio" not in v1  # migration 0001 is what schema 1 was
     for name in ("retest_ref", "retest_pair", "transfer_ratio_positive"):
         assert f"CONSTRAINT {name} CHECK" in results and name in schema.CHECK_NAMES
     assert schema.TRIGGER_RULES["results_retest_link"] == "retest_link"
-    assert [c for c, _, _ in schema.COLUMNS["results"]][-2:] == ["retest_of", "transfer_ratio"]
+    assert [c for c, _, _ in schema.COLUMNS["results"]][-3:-1] == ["retest_of", "transfer_ratio"]
 
 
 def test_new_and_migrated_store_store_exactly_the_expected_sql(tmp_path):
@@ -94,7 +94,7 @@ def test_new_and_migrated_store_store_exactly_the_expected_sql(tmp_path):
     for key, sql in schema.EXPECTED_SCHEMA.items():
         assert actual.get(key) == sql, key
     cols = [r[1] for r in sqlite3.connect(tmp_path / "new.db").execute("PRAGMA table_info(results)")]
-    assert cols[-4:] == ["prev_hash", "row_hash", "retest_of", "transfer_ratio"]
+    assert cols[-5:] == ["prev_hash", "row_hash", "retest_of", "transfer_ratio", "remeasure_of"]
 
 
 # ---------------------------------------------------------------------------------------------- rules (raw SQL)
@@ -207,7 +207,7 @@ def test_null_new_columns_hash_exactly_like_schema_1_rows():
     row = make_result(make_run(), 0).as_row()
     row["created_at"] = "2025-01-01T00:00:01.000000+00:00"
     row["row_mac"] = "0" * 64
-    v1_columns = [c for c, _, _ in schema.COLUMNS["results"] if c not in ("retest_of", "transfer_ratio")]
+    v1_columns = [c for c, _, _ in schema.COLUMNS["results"] if c not in schema.ADDED_COLUMNS["results"]]
     v1_canonical = canonical_json({c: row.get(c) for c in v1_columns if c not in schema.HASH_EXCLUDED["results"]})
     assert canonical_row("results", row) == v1_canonical
     assert canonical_row("results", {**row, "retest_of": None, "transfer_ratio": None}) == v1_canonical
@@ -275,11 +275,16 @@ def test_schema_1_store_migrates_in_place_keeps_its_rows_and_verifies(tmp_path, 
     store = ResultStore.open(db)
     assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert [r[0] for r in store._conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")] == [
-        "0001_initial", "0002_retest", "0003_provenance"]
+        m.name for m in schema.migrations._migrations]
     store.close()
     after = _dump(db)
-    assert after["results"] == [tuple(r) + (None, None) for r in before["results"]]
-    for t in ("protocols", "runs", "quarantine", "rejections", "quarantine_releases", "chain_state"):
+    # columns added by later migrations read NULL on the old rows; chain_state gains the rows of later chains
+    added = len(schema.ADDED_COLUMNS["results"])
+    assert after["results"] == [tuple(r) + (None,) * added for r in before["results"]]
+    added = len(schema.ADDED_COLUMNS.get("rejections", ()))
+    assert after["rejections"] == [tuple(r) + (None,) * added for r in before["rejections"]]
+    assert after["chain_state"][:len(before["chain_state"])] == before["chain_state"]
+    for t in ("protocols", "runs", "quarantine", "quarantine_releases"):
         assert after[t] == before[t], t
     assert cli.main(["verify", "--db", str(db)]) == 0
     # the migrated store takes linked rows that retest its old rows, and still verifies

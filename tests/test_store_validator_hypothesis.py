@@ -70,7 +70,8 @@ COLUMN_RULES: dict[str, set[str]] = {
     "breaker": {"breaker"},
     "exploratory": {"exploratory_flag", "flags"},
     "provenance": {"provenance_json"},
-    "iteration": {"iteration"},
+    # the base row has no study: an iteration without a study also breaks study_fields (migration 0005)
+    "iteration": {"iteration", "study_fields"},
     "created_at": {"created_at"},
     "row_mac": {"row_mac"},
     "prev_hash": {"hash_chain"},
@@ -286,7 +287,7 @@ def m_numbers(draw):
         v = draw(st.integers(min_value=-(2**40), max_value=2**40).filter(lambda v: v not in (0, 1)))
         return mutation("ci_target_met_not_bool", {"ci_target_met": v}, {"flags"})
     v = draw(st.integers(min_value=-(2**40), max_value=-1))
-    return mutation("iteration_negative", {"iteration": v}, {"iteration"})
+    return mutation("iteration_negative", {"iteration": v}, {"iteration", "study_fields"})
 
 
 @st.composite

@@ -11,7 +11,8 @@ from .model import BaselineRef, CandidateKind, CandidateRef, ProblemRef
 CANDIDATES_DIR = "candidates"
 BASELINES_DIR = "baselines"
 MLX_SUBDIR = "mlx"
-_SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR}
+TEMPLATES_DIR = "templates"  # search templates (docs/studies.md): candidates-to-be, never problems
+_SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR, TEMPLATES_DIR}
 
 
 def is_problem_file(path: Path, roots: Sequence[Path]) -> bool:

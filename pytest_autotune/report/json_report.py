@@ -58,6 +58,8 @@ def bars(summary: dict[str, Any], session: "AutotuneSession") -> list[dict[str, 
 
 
 def build_report(session: "AutotuneSession") -> dict[str, Any]:
+    from ..study.session_report import session_studies
+
     summary = summarize(session.outcomes, session.protocol.bars.fast_p_thresholds, session.opts.measuring)
     return {
         "schema": SCHEMA_ID,
@@ -66,6 +68,7 @@ def build_report(session: "AutotuneSession") -> dict[str, Any]:
         "summary": summary,
         "bars": bars(summary, session),
         "store_errors": list(session.store_errors),
+        "studies": session_studies(session),
     }
 
 

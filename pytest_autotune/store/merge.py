@@ -7,7 +7,11 @@ it covers content only), and the run is finished with its revealed nonce. Quaran
 quarantine rows; a result whose ``breaker`` names a release is rewritten to the target's release id (and, as
 that changes its content, its MAC recomputed with the run's revealed nonce). A held-out result linked to the
 result it retests in the same store (``retest_of = 'results:<id>'``) is re-mapped the same way to that row's id
-in the target; if the row it names was not copied into the target, the linked row is refused (reported).
+in the target; if the row it names was not copied into the target, the linked row is refused (reported). A
+re-measurement (``remeasure_of = 'results:<id>'``) is re-mapped the same way. A study's registration is copied
+with the run that recorded it (before that run's rows); a registration already in the target for the same study
+is skipped as a duplicate when it records the same status and entry digest, and refused otherwise. Study verdicts
+follow, their ``registration_id`` re-mapped to the target's registration of the study.
 
 A run already in the target (same run_id) is skipped as a duplicate, so merging the same source twice inserts
 nothing. A row the validator refuses (or, for a finished run, whose MAC does not match the revealed nonce) is
@@ -28,7 +32,7 @@ from . import schema
 from ..errors import StoreError, ValidatorRefusal
 from .db import ResultStore
 from .hashing import canonical_row, nonce_commitment, row_mac
-from .schema import MAC_TABLES, RETEST_RESULTS_PREFIX
+from .schema import MAC_TABLES, REMEASURE_RESULTS_PREFIX, RETEST_RESULTS_PREFIX
 
 __all__ = ["MergeReport", "merge_databases", "replay_problems"]
 
@@ -99,6 +103,7 @@ class _Copier:
         self.qmap: dict[int, int] = {}  # source quarantine id -> target quarantine id
         self.relmap: dict[int, int | None] = {}  # source release id -> target release id (None: refused)
         self.rmap: dict[int, int] = {}  # source results id -> target results id
+        self.regmap: dict[int, int] = {}  # source study_registrations id -> target id
         #: table -> [(trigger, sql, when its migration was applied in the source)], for replay only
         self.legacy_rules: dict[str, list] = {}
 
@@ -116,6 +121,8 @@ class _Copier:
             self._copy_run(dict(run))
         for rel in self.src.execute("SELECT id FROM quarantine_releases ORDER BY id").fetchall():
             self._ensure_release(rel["id"])
+        for v in self.src.execute("SELECT * FROM study_verdicts ORDER BY id").fetchall():
+            self._copy_verdict(dict(v))
 
     def _copy_run(self, run: dict) -> None:
         run_id = run["run_id"]
@@ -135,7 +142,7 @@ class _Copier:
         except ValidatorRefusal as e:
             n = sum(
                 self.src.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run_id]).fetchone()[0]
-                for t in ("results", "quarantine", "rejections")
+                for t in ("results", "quarantine", "rejections", "study_registrations")
             )
             self.sink.refused(f"{self._where('runs', run)} refused ({e}); its {n} row(s) were not copied")
             return
@@ -152,8 +159,10 @@ class _Copier:
                     "left unfinished in the target"
                 )
                 nonce = None
-        for table in ("quarantine", "rejections", "results"):
+        for table in ("study_registrations", "quarantine", "rejections", "results"):
             for r in self.src.execute(f"SELECT * FROM {table} WHERE run_id = ? ORDER BY id", [run_id]).fetchall():
+                if table == "study_registrations" and self._registration_known(dict(r)):
+                    continue
                 self._copy_row(table, dict(r), nonce)
         if nonce is not None:
             try:
@@ -188,19 +197,22 @@ class _Copier:
                     content["breaker"] = f"released:{tgt_rel}"
                     if nonce is not None:
                         content["row_mac"] = row_mac(nonce, canonical_row(table, content))
-        retest = content.get("retest_of")
-        if table == "results" and isinstance(retest, str) and retest.startswith(RETEST_RESULTS_PREFIX):
-            src_origin = retest[len(RETEST_RESULTS_PREFIX):]
+        for column, prefix, what in (("retest_of", RETEST_RESULTS_PREFIX, "retests"),
+                                     ("remeasure_of", REMEASURE_RESULTS_PREFIX, "re-measures")):
+            link = content.get(column)
+            if table != "results" or not isinstance(link, str) or not link.startswith(prefix):
+                continue
+            src_origin = link[len(prefix):]
             ok = src_origin.isascii() and src_origin.isdigit()
             tgt_origin = self._target_result_id(int(src_origin)) if ok else None
             if tgt_origin is None:
                 self.sink.refused(
-                    f"{self._where(table, row)} refused: it retests results row {src_origin} of the source "
-                    f"({retest}), which is not in the target, so its link cannot be kept"
+                    f"{self._where(table, row)} refused: it {what} results row {src_origin} of the source "
+                    f"({link}), which is not in the target, so its link cannot be kept"
                 )
                 return
             if str(tgt_origin) != src_origin:
-                content["retest_of"] = f"{RETEST_RESULTS_PREFIX}{tgt_origin}"
+                content[column] = f"{prefix}{tgt_origin}"
                 if nonce is not None:
                     content["row_mac"] = row_mac(nonce, canonical_row(table, content))
         try:
@@ -214,6 +226,49 @@ class _Copier:
             self.qmap[row["id"]] = new_id
         elif table == "results":
             self.rmap[row["id"]] = new_id
+        elif table == "study_registrations":
+            self.regmap[row["id"]] = new_id
+
+    def _registration_known(self, row: dict) -> bool:
+        """A registration of a study the target already has (another store measured arms of the same study):
+        skipped when it records the same finding, refused (reported) when it differs. True when handled."""
+        have = self.target._conn.execute(
+            "SELECT id, status, entry_sha256 FROM study_registrations WHERE study = ?", [row["study"]]).fetchone()
+        if have is None:
+            return False
+        if (have["status"], have["entry_sha256"]) == (row["status"], row["entry_sha256"]):
+            self.regmap[row["id"]] = int(have["id"])
+            self.sink.skipped(f"{self._where('study_registrations', row)}: study {row['study']!r} is already "
+                              f"registered in the target with the same finding; skipped as a duplicate")
+        else:
+            self.sink.refused(
+                f"{self._where('study_registrations', row)} refused: study {row['study']!r} is registered in the "
+                f"target as {have['status']} (entry {str(have['entry_sha256'])[:12]}...) but here as "
+                f"{row['status']} (entry {str(row['entry_sha256'])[:12]}...): the two stores disagree on what was "
+                "pre-registered; the target keeps its own")
+        return True
+
+    def _copy_verdict(self, row: dict) -> None:
+        content = {k: v for k, v in row.items() if k not in ("id", "prev_hash", "row_hash")}
+        if row.get("registration_id") is not None:
+            tgt = self.regmap.get(row["registration_id"])
+            if tgt is None:
+                found = self.target._conn.execute(
+                    "SELECT id FROM study_registrations WHERE study = ?", [row["study"]]).fetchone()
+                tgt = int(found[0]) if found else None
+            content["registration_id"] = tgt
+        dup = self.target._conn.execute(
+            "SELECT id FROM study_verdicts WHERE study = ? AND created_at = ? AND label = ? AND report = ?",
+            [row["study"], row["created_at"], row["label"], row["report"]]).fetchone()
+        if dup is not None:
+            self.sink.skipped(f"{self._where('study_verdicts', row)} is already in the target; skipped as a duplicate")
+            return
+        try:
+            self.target.insert_row("study_verdicts", content, nonce=None)
+        except ValidatorRefusal as e:
+            self.sink.refused(f"{self._where('study_verdicts', row)} refused by the validator: {e}")
+            return
+        self.sink.inserted("study_verdicts")
 
     @contextlib.contextmanager
     def _rules_of_its_time(self, table: str, row: dict) -> Iterator[None]:

@@ -15,6 +15,11 @@ Migrations (a new database runs them all, in order; an older one the ones it lac
 * ``0002_retest`` (user_version 2): ``results.retest_of`` and ``results.transfer_ratio`` (the held-out retest
   link, docs/heldout.md) with their CHECKs, added by ``ALTER TABLE ... ADD COLUMN`` (existing rows read NULL
   there, so they keep their hashes: :data:`HASH_OMIT_NULL`), and the trigger ``results_retest_link``.
+* ``0003_provenance`` (user_version 3): the ``provenance_complete`` rule and ``rule_epochs``.
+* ``0005_study`` (user_version 5): studies (docs/studies.md): ``rejections.study/arm/iteration/candidate_sha256``,
+  ``results.remeasure_of`` (the row-by-row re-measure link), the tables ``study_registrations`` (what the
+  pre-registration check found at a study's first row) and ``study_verdicts`` (every verdict a study report
+  gave), and their rules.
 
 docs/schema.md documents every table, column, constraint and trigger defined here.
 """
@@ -24,7 +29,7 @@ from __future__ import annotations
 from sqlite_utils.migrations import Migrations
 
 #: ``PRAGMA user_version`` once every migration below has been applied.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 
 #: ``PRAGMA application_id`` of a pytest-autotune store ("PATS").
 APPLICATION_ID = 0x50415453
@@ -119,6 +124,8 @@ COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         # migration 0002_retest (ADD COLUMN appends them after the last column)
         ("retest_of", "TEXT", True),
         ("transfer_ratio", "REAL", True),
+        # migration 0005_study
+        ("remeasure_of", "TEXT", True),
     ],
     "quarantine": [
         ("id", "INTEGER", False),
@@ -140,6 +147,11 @@ COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("detail", "TEXT", False),
         ("created_at", "TEXT", False),
         *_CHAIN,
+        # migration 0005_study (ADD COLUMN)
+        ("study", "TEXT", True),
+        ("arm", "TEXT", True),
+        ("iteration", "INTEGER", True),
+        ("candidate_sha256", "TEXT", True),
     ],
     "quarantine_releases": [
         ("id", "INTEGER", False),
@@ -154,19 +166,52 @@ COLUMNS: dict[str, list[tuple[str, str, bool]]] = {
         ("head", "TEXT", False),
         ("count", "INTEGER", False),
     ],
+    # migration 0005_study (docs/studies.md)
+    "study_registrations": [
+        ("id", "INTEGER", False),
+        ("run_id", "TEXT", False),
+        ("study", "TEXT", False),
+        ("status", "TEXT", False),
+        ("registry", "TEXT", False),
+        ("entry", "TEXT", True),
+        ("entry_sha256", "TEXT", True),
+        ("git_commit", "TEXT", True),
+        ("detail", "TEXT", False),
+        ("created_at", "TEXT", False),
+        ("row_mac", "TEXT", False),
+        *_CHAIN,
+    ],
+    "study_verdicts": [
+        ("id", "INTEGER", False),
+        ("study", "TEXT", False),
+        ("verdict", "TEXT", False),
+        ("label", "TEXT", False),
+        ("exploratory", "INTEGER", False),
+        ("plumbing_suspect", "INTEGER", False),
+        ("registration_id", "INTEGER", True),
+        ("entry_sha256", "TEXT", True),
+        ("report", "TEXT", False),
+        ("created_at", "TEXT", False),
+        *_CHAIN,
+    ],
 }
 
 #: column name -> declared type, per table (used to normalise values before hashing)
 COLUMN_TYPES: dict[str, dict[str, str]] = {t: {c: ty for c, ty, _ in cols} for t, cols in COLUMNS.items()}
 
+#: the chains migration 0001 created (its chain_state rows and guard)
+CHAINED_TABLES_0001 = ("runs", "results", "quarantine", "rejections", "quarantine_releases")
 #: tables whose rows form a hash chain (prev_hash/row_hash), in the order verify reports them
-CHAINED_TABLES = ("runs", "results", "quarantine", "rejections", "quarantine_releases")
+CHAINED_TABLES = CHAINED_TABLES_0001 + ("study_registrations", "study_verdicts")
 
 #: tables whose rows carry row_mac = HMAC(run nonce, canonical row)
-MAC_TABLES = ("results", "quarantine")
+MAC_TABLES = ("results", "quarantine", "study_registrations")
 
 #: columns added by a later migration (``ALTER TABLE ... ADD COLUMN``), per table, in the order they were added
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"results": ("retest_of", "transfer_ratio")}
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "results": ("retest_of", "transfer_ratio", "remeasure_of"),
+    "rejections": ("study", "arm", "iteration", "candidate_sha256"),
+}
 
 #: columns left out of the canonical row when NULL: the columns added by later migrations, so that a row written
 #: before the migration (NULL there) hashes, and MACs, exactly as it did when it was written; a set value is
@@ -485,9 +530,12 @@ def _final_tables() -> list[tuple[str, str]]:
     out = []
     for name, sql in TABLES_0001:
         if name == "results":
-            sql = _with_added_columns(sql, "results", [d for _, d in RETEST_COLUMN_DEFS])
+            sql = _with_added_columns(sql, "results", [d for _, d in RETEST_COLUMN_DEFS + REMEASURE_COLUMN_DEFS])
+        elif name == "rejections":
+            sql = _with_added_columns(sql, "rejections", [d for _, d in REJECTION_STUDY_COLUMN_DEFS])
         out.append((name, sql))
     out.append(("rule_epochs", RULE_EPOCHS_SQL))
+    out += TABLES_0005
     return out
 
 
@@ -718,12 +766,16 @@ def _triggers() -> list[tuple[str, str]]:
         ),
     ]
     out += _chain_triggers("quarantine_releases")
-    # chain_state: rows are seeded by the migration; afterwards only the chain_advance triggers move them
+    return out + _chain_state_guard(CHAINED_TABLES_0001)
+
+
+def _chain_state_guard(chained: tuple[str, ...]) -> list[tuple[str, str]]:
+    """chain_state: rows are seeded by the migrations; afterwards only the chain_advance triggers move them."""
     heads = " ".join(
         f"WHEN '{t}' THEN (SELECT row_hash FROM {t} WHERE rowid = (SELECT max(rowid) FROM {t}))"
-        for t in CHAINED_TABLES
+        for t in chained
     )
-    out += [
+    return [
         (
             "chain_state_advance_only",
             _trigger(
@@ -758,7 +810,6 @@ def _triggers() -> list[tuple[str, str]]:
             ),
         ),
     ]
-    return out
 
 
 def _retest_link_trigger() -> tuple[str, str]:
@@ -832,10 +883,179 @@ TRIGGERS_0003: list[tuple[str, str]] = _provenance_triggers() + _epoch_triggers(
 #: are replayed without them (migration 0002's retest rule only ever applies to rows that have a link)
 EPOCH_RULES: dict[str, list[tuple[str, str]]] = {"0003_provenance": _provenance_triggers()}
 
+# ----------------------------------------------------------------------------------------------- 0005_study
+# Studies (docs/studies.md). A study row (results, quarantine, rejections with study set) needs its study's
+# registration recorded first: study_registrations holds what the pre-registration check found at the study's
+# first row (registered, uncommitted or unregistered), MACed with the run's nonce like a measurement.
+# study_verdicts holds every verdict `autotune study report` gave; one may read non-exploratory only when it names
+# a 'registered' registration of its study whose entry digest is the one it was judged under.
+
+_STUDY_NAME_CHARS = "'*[^A-Za-z0-9._:+-]*'"
+
+
+def _study_name(col: str) -> str:
+    return f"(length({col}) BETWEEN 1 AND 200 AND {col} NOT GLOB {_STUDY_NAME_CHARS})"
+
+
+#: (column, definition for ``ALTER TABLE rejections ADD COLUMN``), in migration order
+REJECTION_STUDY_COLUMN_DEFS: list[tuple[str, str]] = [
+    ("study", "study TEXT"),
+    ("arm", "arm TEXT"),
+    ("iteration", "iteration INTEGER " + _column_check("iteration", "iteration IS NULL OR iteration >= 0")),
+    ("candidate_sha256", "candidate_sha256 TEXT "
+     + _column_check("rejection_digest", f"candidate_sha256 IS NULL OR {_hex64('candidate_sha256')}")),
+]
+#: ``results.remeasure_of``: "results:<id>", the row this one re-measures (``autotune remeasure``)
+REMEASURE_RESULTS_PREFIX = "results:"
+REMEASURE_COLUMN_DEFS: list[tuple[str, str]] = [
+    ("remeasure_of", "remeasure_of TEXT " + _column_check(
+        "remeasure_ref",
+        "remeasure_of IS NULL OR (remeasure_of GLOB 'results:[1-9]*' AND substr(remeasure_of, 9) NOT GLOB "
+        "'*[^0-9]*' AND length(remeasure_of) <= 26)")),
+]
+
+#: registration statuses: the entry was committed (HEAD) and unchanged in the working tree at the study's first
+#: row / present but not committed (or differing from HEAD) / absent
+REGISTRATION_STATUSES = ("registered", "uncommitted", "unregistered")
+
+
+def _study_tables() -> list[tuple[str, str]]:
+    registrations = _create_table(
+        "study_registrations",
+        [
+            _check("registration_names", f"length(run_id) > 0 AND {_study_name('study')} AND length(registry) > 0 "
+                                         "AND length(trim(detail)) > 0"),
+            _check("registration_status", "status IN ('registered', 'uncommitted', 'unregistered')"),
+            _check(
+                "registration_entry",
+                "CASE WHEN status = 'unregistered' THEN entry IS NULL AND entry_sha256 IS NULL AND git_commit IS NULL "
+                f"ELSE ({_json_is('entry', 'object')}) AND {_hex64('entry_sha256')} "
+                "AND (status <> 'registered' OR (length(git_commit) IN (40, 64) "
+                "AND git_commit NOT GLOB '*[^0-9a-f]*')) END",
+            ),
+            _check("created_at", _timestamp("created_at")),
+            _check("row_mac", _hex64("row_mac")),
+            "  CONSTRAINT one_registration_per_study UNIQUE (study)",
+        ],
+    )
+    verdicts = _create_table(
+        "study_verdicts",
+        [
+            _check("verdict_flags", "exploratory IN (0, 1) AND plumbing_suspect IN (0, 1)"),
+            _check(
+                "verdict_kind",
+                f"{_study_name('study')} AND (verdict IN ('supported', 'not supported') "
+                "OR verdict GLOB 'saturated at ?*' OR verdict GLOB 'void: treatment not delivered*' "
+                "OR verdict GLOB 'below usability bar*' OR verdict GLOB 'incomplete*')",
+            ),
+            _check(
+                "verdict_label",
+                "label = (CASE WHEN exploratory = 1 THEN 'exploratory: ' ELSE '' END) || verdict "
+                "|| (CASE WHEN plumbing_suspect = 1 THEN ' [plumbing suspect]' ELSE '' END)",
+            ),
+            _check("verdict_digest", f"entry_sha256 IS NULL OR {_hex64('entry_sha256')}"),
+            _check("verdict_report", _json_is("report", "object")),
+            _check("created_at", _timestamp("created_at")),
+        ],
+    )
+    return [("study_registrations", registrations), ("study_verdicts", verdicts)]
+
+
+def _study_row_triggers() -> list[tuple[str, str]]:
+    """Rules on results, quarantine and rejections rows that carry a study (the columns existed on results and
+    quarantine since 0001; rejections got them in 0005)."""
+    out = []
+    for table in ("results", "quarantine", "rejections"):
+        fields = (
+            "(NEW.study IS NULL AND NEW.arm IS NULL AND NEW.iteration IS NULL) "
+            f"OR ({_study_name('NEW.study')} AND {_study_name('NEW.arm')} "
+            "AND (NEW.iteration IS NULL OR NEW.iteration >= 0))"
+        )
+        name = f"{table}_study_fields"
+        out.append((name, _trigger(
+            name, "BEFORE INSERT", table, f"NOT coalesce({fields}, 0)", "study_fields",
+            "study and arm are both NULL (with iteration NULL) or both names of 1 to 200 characters from "
+            "A-Z a-z 0-9 . _ : + - (iteration NULL or >= 0)")))
+        name = f"{table}_study_registered_first"
+        out.append((name, _trigger(
+            name, "BEFORE INSERT", table,
+            "NEW.study IS NOT NULL AND NOT EXISTS (SELECT 1 FROM study_registrations WHERE study = NEW.study)",
+            "study_registered_first",
+            "a row of a study needs the study registration (what the pre-registration check found) recorded "
+            "before it: insert the study_registrations row first (pytest-autotune does, at the study first row)")))
+    return out
+
+
+def _remeasure_link_triggers() -> list[tuple[str, str]]:
+    valid = (
+        "(SELECT o.kind = NEW.kind AND o.problem = NEW.problem AND o.problem_sha256 = NEW.problem_sha256 "
+        "AND o.candidate = NEW.candidate AND o.candidate_sha256 = NEW.candidate_sha256 AND o.device = NEW.device "
+        "AND o.run_id <> NEW.run_id "
+        "FROM results AS o WHERE o.id = CAST(substr(NEW.remeasure_of, 9) AS INTEGER) "
+        "AND 'results:' || o.id = NEW.remeasure_of)"
+    )
+    return [
+        ("results_remeasure_link", _trigger(
+            "results_remeasure_link", "BEFORE INSERT", "results",
+            # a malformed reference is left to the CHECK remeasure_ref to name
+            "NEW.remeasure_of GLOB 'results:[1-9]*' AND substr(NEW.remeasure_of, 9) NOT GLOB '*[^0-9]*' "
+            f"AND NOT coalesce({valid}, 0)", "remeasure_link",
+            "remeasure_of = results:ID must name an existing results row of another run with the same kind, "
+            "problem, problem_sha256, candidate, candidate_sha256 and device (a re-measurement re-times the same "
+            "bytes on the same device)")),
+        ("results_remeasure_once", _trigger(
+            "results_remeasure_once", "BEFORE INSERT", "results",
+            "NEW.remeasure_of IS NOT NULL AND EXISTS (SELECT 1 FROM results WHERE run_id = NEW.run_id "
+            "AND remeasure_of = NEW.remeasure_of)", "remeasure_once",
+            "this run already re-measured that results row; a row is re-measured once per run")),
+    ]
+
+
+def _study_table_triggers() -> list[tuple[str, str]]:
+    out = [
+        ("study_registrations_run_exists", _trigger(
+            "study_registrations_run_exists", "BEFORE INSERT", "study_registrations", f"NOT {_run_exists()}",
+            "run_exists", "study_registrations.run_id must name a row of runs; begin the run first")),
+        ("study_registrations_run_open", _trigger(
+            "study_registrations_run_open", "BEFORE INSERT", "study_registrations",
+            "EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id AND finished_at IS NOT NULL)", "run_open",
+            "the run is finished (its nonce is revealed); rows can only be recorded while their run is open")),
+    ]
+    out += _chain_triggers("study_registrations")
+    out += [
+        ("study_verdicts_registration", _trigger(
+            "study_verdicts_registration", "BEFORE INSERT", "study_verdicts",
+            "NEW.registration_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM study_registrations "
+            "WHERE id = NEW.registration_id AND study = NEW.study)", "verdict_registration",
+            "registration_id must be NULL or name the study_registrations row of the same study")),
+        ("study_verdicts_exploratory", _trigger(
+            "study_verdicts_exploratory", "BEFORE INSERT", "study_verdicts",
+            "NEW.exploratory = 0 AND NOT EXISTS (SELECT 1 FROM study_registrations WHERE id = NEW.registration_id "
+            "AND study = NEW.study AND status = 'registered' AND entry_sha256 = NEW.entry_sha256)",
+            "verdict_exploratory",
+            "a verdict reads exploratory unless its study was registered (committed) before its first row and "
+            "judged under that same entry (registration_id and entry_sha256 naming a registered registration)")),
+    ]
+    out += _chain_triggers("study_verdicts")
+    return out
+
+
+#: tables created by migration 0005_study
+TABLES_0005: list[tuple[str, str]] = _study_tables()
+#: triggers created by migration 0005_study (besides the chain_state guard, re-created to know the new chains)
+TRIGGERS_0005: list[tuple[str, str]] = _study_row_triggers() + _remeasure_link_triggers() + _study_table_triggers()
+#: the chain_state guard after 0005: it knows every chain
+CHAIN_STATE_GUARD: list[tuple[str, str]] = _chain_state_guard(CHAINED_TABLES)
+EPOCH_RULES["0005_study"] = _study_row_triggers()
+
 #: every table after the last migration (name, exact SQL as sqlite_master stores it)
 TABLES: list[tuple[str, str]] = _final_tables()
 #: every trigger after the last migration
-TRIGGERS: list[tuple[str, str]] = TRIGGERS_0001 + TRIGGERS_0002 + TRIGGERS_0003
+_GUARD_NAMES = {name for name, _ in CHAIN_STATE_GUARD}
+TRIGGERS: list[tuple[str, str]] = (
+    [(n, s) for n, s in TRIGGERS_0001 if n not in _GUARD_NAMES] + TRIGGERS_0002 + TRIGGERS_0003 + TRIGGERS_0005
+    + CHAIN_STATE_GUARD
+)
 
 #: (type, name) -> exact SQL stored in sqlite_master once every migration is applied
 EXPECTED_SCHEMA: dict[tuple[str, str], str] = {
@@ -898,6 +1118,21 @@ CHECK_EXPLANATIONS: dict[str, str] = {
     "retest_ref": "retest_of must be NULL, results:<id> (a results row id) or report:<non-empty reference>",
     "retest_pair": "retest_of and transfer_ratio are both NULL or both set",
     "transfer_ratio_positive": "transfer_ratio must be NULL or finite and > 0",
+    # 0005_study
+    "rejection_digest": "rejections.candidate_sha256 must be NULL or 64 lowercase hex digits",
+    "remeasure_ref": "remeasure_of must be NULL or results:<id> (a results row id)",
+    "registration_names": "a registration names its run, the study (1-200 characters from A-Z a-z 0-9 . _ : + -), "
+                          "the registry file and a non-empty detail",
+    "registration_status": "status must be 'registered', 'uncommitted' or 'unregistered'",
+    "registration_entry": "an unregistered study has no entry, digest or commit; otherwise entry is a JSON object "
+                          "with a 64-hex entry_sha256, and a registered one names the git commit (40 or 64 hex)",
+    "verdict_flags": "exploratory and plumbing_suspect must be 0 or 1",
+    "verdict_kind": "the study name is valid and verdict is supported, not supported, saturated at <wall>, void: "
+                    "treatment not delivered..., below usability bar... or incomplete...",
+    "verdict_label": "label must be the verdict, prefixed 'exploratory: ' when exploratory and followed by "
+                     "' [plumbing suspect]' when plumbing_suspect",
+    "verdict_digest": "entry_sha256 must be NULL or 64 lowercase hex digits",
+    "verdict_report": "report must be a JSON object",
 }
 
 #: names of every CHECK constraint (also the rule name SQLite reports: "CHECK constraint failed: <name>")
@@ -914,7 +1149,7 @@ def m0001_initial(db) -> None:
     """Tables, CHECK constraints, validator triggers, chain_state seeds. (Frozen: what schema 1 was.)"""
     for _, sql in TABLES_0001:
         db.execute(sql)
-    for table in CHAINED_TABLES:
+    for table in CHAINED_TABLES_0001:
         db.execute("INSERT INTO chain_state (tbl, head, count) VALUES (?, ?, 0)", [table, ZERO_HASH])
     # SQLite fires the BEFORE triggers of one event in reverse creation order (observed, not relied upon for
     # correctness): create them last-rule-first so that a raw insert is told about the most basic rule first
@@ -945,3 +1180,27 @@ def m0003_provenance(db) -> None:
     for _, sql in TRIGGERS_0003:
         db.execute(sql)
     db.execute("PRAGMA user_version = 3")
+
+
+@migrations(name="0005_study")
+def m0005_study(db) -> None:
+    """Studies: study columns on rejections, the re-measure link on results, study_registrations,
+    study_verdicts, their rules, and the chain_state guard re-created to know the two new chains."""
+    for _, definition in REJECTION_STUDY_COLUMN_DEFS:
+        db.execute(f"ALTER TABLE rejections ADD COLUMN {definition}")
+    for _, definition in REMEASURE_COLUMN_DEFS:
+        db.execute(f"ALTER TABLE results ADD COLUMN {definition}")
+    for _, sql in TABLES_0005:
+        db.execute(sql)
+    for table in ("results", "quarantine", "rejections"):
+        db.execute("INSERT INTO rule_epochs (migration, tbl, first_id) "
+                   f"SELECT '0005_study', '{table}', coalesce(max(id), 0) + 1 FROM {table}")
+    # the guard refuses new chain_state rows and knows only the chains of its time: re-create it
+    for name, _ in CHAIN_STATE_GUARD:
+        db.execute(f"DROP TRIGGER {name}")
+    for table in CHAINED_TABLES:
+        if table not in CHAINED_TABLES_0001:
+            db.execute("INSERT INTO chain_state (tbl, head, count) VALUES (?, ?, 0)", [table, ZERO_HASH])
+    for _, sql in reversed(TRIGGERS_0005 + CHAIN_STATE_GUARD):
+        db.execute(sql)
+    db.execute("PRAGMA user_version = 5")

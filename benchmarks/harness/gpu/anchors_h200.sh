@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The external anchors (benchmarks/kernels/anchors, docs/anchors.md) on a CUDA GPU, in ONE invocation:
+#
+#   bash benchmarks/harness/gpu/anchors_h200.sh            # every anchor
+#   ANCHORS_K="LayerNorm or MinGPT" bash benchmarks/harness/gpu/anchors_h200.sh   # a subset (pytest -k)
+#
+# Run from the repository root, with the anchors.toml committed (the plugin checks with git that each anchor's
+# mechanism was committed before its first measurement; uncommitted, a divergence can only read "unexplained").
+# Everything lands in $OUT (default /tmp/anchors-out): log.txt, anchors.json (the pytest report), anchors.db
+# (the store), verdicts.json (autotune anchors), plots/. Knobs: ANCHORS_K, ANCHORS_TIMEOUT (seconds, default 540;
+# SIGINT ends the run and the report of the finished items is still written), EXTRA_PYTEST.
+set -u -o pipefail
+OUT="${OUT:-/tmp/anchors-out}"
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+T0=$(date +%s)
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+[ -f pyproject.toml ] && [ -d pytest_autotune ] || { echo "run from the repository root" >&2; exit 2; }
+if ls .whl/*.whl >/dev/null 2>&1; then  # the same wheel carrier as run_h200.sh
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl >>"$LOG" 2>&1 || { say "wheel install failed"; tail -20 "$LOG"; exit 1; }
+  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+else
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+PLUGIN=()
+python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if any(e.name == "autotune" for e in m.entry_points(group="pytest11")) else 1)' \
+  2>/dev/null || PLUGIN=(-p pytest_autotune.plugin)
+{
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ) host=$(hostname) git=$(git rev-parse HEAD 2>/dev/null) dirty=$(git status --porcelain 2>/dev/null | wc -l)"
+  git log -1 --format='anchors.toml last committed: %h %ci' -- benchmarks/kernels/anchors/anchors.toml 2>&1
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv 2>&1
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" 2>&1
+  free -g | head -2
+} | tee -a "$LOG"
+say "anchors: pytest --autotune -m anchor --device=cuda ${ANCHORS_K:+-k \"$ANCHORS_K\"}"
+timeout -s INT "${ANCHORS_TIMEOUT:-540}" python3 -m pytest "${PLUGIN[@]}" -p no:cacheprovider --autotune -m anchor \
+  --device=cuda ${ANCHORS_K:+-k "$ANCHORS_K"} --autotune-db="$OUT/anchors.db" --autotune-json="$OUT/anchors.json" \
+  --autotune-plots="$OUT/plots" -rA ${EXTRA_PYTEST:-} benchmarks/kernels/anchors >>"$LOG" 2>&1
+say "pytest rc=$?"
+python3 -m pytest_autotune.cli anchors --db "$OUT/anchors.db" --json "$OUT/verdicts.json" 2>&1 | tee -a "$LOG"
+sed -n '/pytest-autotune:/,$p' "$LOG" | tail -40

@@ -1,0 +1,51 @@
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """
+    Simple model that performs sum reduction over a specified dimension.
+    """
+    def __init__(self, dim: int):
+        """
+        Initializes the model with the dimension to reduce over.
+
+        Args:
+            dim (int): Dimension to reduce over.
+        """
+        super(Model, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """
+        Applies sum reduction over the specified dimension.
+
+        Args:
+            x (torch.Tensor): Input tensor of shape (..., dim, ...).
+
+        Returns:
+            torch.Tensor: Output tensor after sum reduction, shape (..., 1, ...).
+        """
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+batch_size = 128
+dim1 = 4096
+dim2 = 4095
+reduce_dim = 1
+
+def get_inputs():
+    x = torch.rand(batch_size, dim1, dim2)
+    return [x]
+
+def get_init_inputs():
+    return [reduce_dim]
+
+# ---- pytest-autotune additions. Everything above is KernelBench's file verbatim: KernelBench/level1/47_Sum_reduction_over_a_dimension.py
+# at ScalingIntelligence/KernelBench@1f8d20f (its sha256 is in anchors.toml). ----
+# The CPU dry run's sizes; on CUDA the sizes above, KernelBench's own, are measured.
+AUTOTUNE_SIZES = {"cpu": {'batch_size': 8, 'dim1': 256, 'dim2': 255}}
+
+# The compiled candidate's torch._dynamo changes torch once (manual_seed, nn.Module.__init__); made here, in the
+# frozen problem file every sandbox loads before its tamper snapshot, they are not taken for the candidate's.
+from pytest_autotune.study.compile_ready import prepare_torch_compile  # noqa: E402
+
+prepare_torch_compile()

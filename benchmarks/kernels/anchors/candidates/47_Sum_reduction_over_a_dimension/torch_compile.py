@@ -1,0 +1,50 @@
+"""The anchor's compiled candidate: KernelBench's Model of level1/47_Sum_reduction_over_a_dimension.py under
+torch.compile(backend="inductor", mode="default"), as KernelBench timed it for
+results/timing/H100_Modal/baseline_time_torch_compile_inductor_default.json (docs/anchors.md)."""
+
+import torch
+import torch.nn as nn
+import torch._inductor.config as inductor_config
+
+# compile in this process: the sandbox counts helper processes as the candidate's (integrity gate)
+inductor_config.compile_threads = 1
+
+
+class _Reference(nn.Module):
+    """
+    Simple model that performs sum reduction over a specified dimension.
+    """
+    def __init__(self, dim: int):
+        """
+        Initializes the model with the dimension to reduce over.
+
+        Args:
+            dim (int): Dimension to reduce over.
+        """
+        super(_Reference, self).__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """
+        Applies sum reduction over the specified dimension.
+
+        Args:
+            x (torch.Tensor): Input tensor of shape (..., dim, ...).
+
+        Returns:
+            torch.Tensor: Output tensor after sum reduction, shape (..., 1, ...).
+        """
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+
+class ModelNew(nn.Module):
+    """The reference model, compiled. Built from the same constructor arguments, after the same seed, so its
+    parameters are the reference's."""
+
+    def __init__(self, *args):
+        super().__init__()
+        self.reference = _Reference(*args)
+        self.compiled = torch.compile(self.reference, backend="inductor", mode="default")
+
+    def forward(self, *inputs):
+        return self.compiled(*inputs)

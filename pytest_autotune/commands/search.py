@@ -1,0 +1,116 @@
+"""``autotune search``: a seeded search baseline (docs/studies.md, "Search")."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+from pathlib import Path
+
+from ..cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, _db_arg, command
+from .common import db_of, protocol_of, root_arg, root_of
+
+
+def _next_iteration(db: Path, study: str, arm: str, problem: str) -> int:
+    """1 + the last iteration the arm recorded on this problem (a second search continues the trajectory)."""
+    if not db.exists():
+        return 1
+    from ..store import ResultStore
+    from ..store.studies import last_iteration
+
+    with ResultStore.open(db, readonly=True) as store:
+        return last_iteration(store, study, arm, problem) + 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..plugin import BUNDLED_ROOT
+    from ..study.recorder import valid_name
+    from ..study.search.runner import (SearchPlan, check_inside_surface, default_out, pytest_command,
+                                       resolve_template, run_pytest, summarize, write_candidates)
+    from ..study.search.space import parse_fix
+    from ..study.search.tuners import tuner_class
+
+    if args.engine:
+        print(f"autotune: --engine={args.engine}: engine flag spaces come with engine items (the engines' own "
+              "issue); this build searches kernel templates only (--problem=PATH)", file=sys.stderr)
+        return EXIT_USAGE
+    if args.problem is None:
+        print("autotune: --problem=PATH is required (the KernelBench problem file whose template is searched)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    root = root_of(args)
+    protocol = protocol_of(args)
+    valid_name(args.study, "--study")
+    valid_name(args.arm, "--arm")
+    tuner_cls = tuner_class(args.tuner)
+    tuner = tuner_cls(args.seed, {"endpoint": args.endpoint, "model": args.model})
+    if tuner.adaptive:
+        print(f"autotune: tuner {args.tuner} is adaptive (one point per measured iteration); this runner measures "
+              "non-adaptive tuners in one session", file=sys.stderr)
+        return EXIT_USAGE
+    problem = (root / args.problem).resolve() if not args.problem.is_absolute() else args.problem
+    if not problem.is_file():
+        print(f"autotune: --problem={args.problem}: no such file under {root}", file=sys.stderr)
+        return EXIT_USAGE
+    template = resolve_template(problem, args.template)
+    fixed = parse_fix(args.fix)
+    space = template.space.restricted(fixed)
+    template = dataclasses.replace(template, space=space)
+    points = tuner.propose(space, args.budget, [])
+    out = (root / (args.out or default_out(args.study, args.arm))).resolve()
+    check_inside_surface(root, out, protocol)
+    db = db_of(args).resolve()
+    plan = SearchPlan(root=root, problem=problem, template=template, tuner=tuner, study=args.study, arm=args.arm,
+                      budget=args.budget, seed=args.seed, out=out,
+                      first_iteration=_next_iteration(db, args.study, args.arm, problem.stem), fixed=fixed)
+    print(f"search: tuner {tuner.name}, seed {args.seed}, {len(points)} of {space.size} point(s) of "
+          f"{template.path} (space {space.to_json()})")
+    entries = write_candidates(plan, points)
+    print(f"wrote {len(entries)} candidate(s) to {plan.folder} (iterations {entries[0]['iteration']}-"
+          f"{entries[-1]['iteration']}), manifest {plan.manifest_path}")
+    if args.dry_run:
+        return EXIT_OK
+    with tempfile.TemporaryDirectory(prefix="autotune-search-") as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = pytest_command(plan, db=db, device=args.device, report=report, bundled_root=root / BUNDLED_ROOT,
+                             extra=args.pytest_args)
+        rc = run_pytest(cmd, root)
+        print()
+        print(f"search {args.study}/{args.arm} on {args.device} (pytest exit {rc}):")
+        for line in summarize(report, entries):
+            print(line)
+    print(f"verdict of the study: autotune study report {args.study}")
+    return EXIT_OK if rc in (0, 1) else EXIT_PROBLEMS
+
+
+@command
+def _search(sub) -> None:
+    p = sub.add_parser(
+        "search", help="generate candidates from a template's search space and measure them as a study arm",
+        description="A tuner proposes --budget points of the problem's template search space; each becomes a "
+                    "candidate file inside the modification surface, measured by pytest --autotune through the same "
+                    "gates and recorded with its study, arm and iteration. Arguments after -- go to pytest.")
+    p.add_argument("--tuner", default="random", help="random (built in), or a tuner registered under the "
+                                                     "pytest_autotune.tuners entry points (llm)")
+    p.add_argument("--problem", type=Path, default=None, metavar="PATH", help="the problem file")
+    p.add_argument("--template", type=Path, default=None, metavar="PATH",
+                   help="the template (default: the one in <suite>/templates/<problem>/)")
+    p.add_argument("--budget", type=int, required=True, metavar="N", help="candidates to generate and measure")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="the tuner's seed (default 0)")
+    p.add_argument("--study", required=True, metavar="NAME")
+    p.add_argument("--arm", required=True, metavar="NAME")
+    p.add_argument("--fix", action="append", default=[], metavar="KEY=VALUE",
+                   help="pin a dimension of the space (repeatable), e.g. --fix algorithm='library'")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="--candidates folder to write (default candidates/search/<study>/<arm>; must be inside "
+                        "[surface].modifiable)")
+    p.add_argument("--device", default="cpu", help="where to measure (default cpu)")
+    p.add_argument("--engine", default=None, metavar="NAME", help="search an engine's flag space (engine items)")
+    p.add_argument("--endpoint", default=None, metavar="URL", help="LLM tuner: OpenAI-compatible endpoint")
+    p.add_argument("--model", default=None, metavar="NAME", help="LLM tuner: model name")
+    p.add_argument("--dry-run", action="store_true", help="write the candidates and the manifest, measure nothing")
+    _db_arg(p)
+    root_arg(p)
+    p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra pytest arguments (after --)")
+    p.set_defaults(func=_run)

@@ -100,6 +100,8 @@ class SandboxSection:
     memory_mb: int = _f(ge=64)
     start_timeout_s: float = _f(gt=0.0)
     malloc: str = _f(choices=("reuse", "default"))
+    isolation: str = _f(choices=("required", "preferred", "off"))
+    max_processes: int = _f(ge=8)
 
 
 @dataclass(frozen=True)

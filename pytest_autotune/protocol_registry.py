@@ -15,6 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
+    "2-jail": "9f8fe464e347bb3d33180ea1a124c8f14575f71135a5c3e5da3636b8979b3a84",
 }
 
 

@@ -47,6 +47,9 @@ FULL = ("identity", "pid", "net", "mount", "view", "seccomp", "limits")
 #: the sandbox's own ids on the CPU as root: the first uid from here that no account uses
 JAIL_UID_BASE = 64000
 ENV_PLAN = "AUTOTUNE_JAIL_PLAN"
+#: on CUDA, when the jailed probe cannot compute on the GPU, these parts go first, one at a time, strongest
+#: isolation kept (benchmarks/harness/gpu/jail_check.py measures which combinations keep CUDA and CUDA IPC)
+CUDA_LADDER = ("view", "ipc", "uts", "net", "mount", "seccomp", "pid")
 
 
 class JailError(RuntimeError):
@@ -244,6 +247,7 @@ def _session_view(hide: tuple[str, ...], expose: tuple[str, ...] = ()) -> None:
                     linux.mount(empty_file, path, None, linux.MS_BIND)
         elif hide:
             raise OSError(2, "no /run to stage the hiding mounts in")
+        _minimal_dev()
         _read_only_tree("/")
     except OSError as e:
         raise JailError("view", str(e)) from None
@@ -271,6 +275,38 @@ def _expose(paths: tuple[str, ...]) -> None:
             else:
                 os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o444))
             linux.mount(f"/proc/self/fd/{fd}", target, None, linux.MS_BIND | linux.MS_REC)
+            os.close(fd)
+
+
+#: device nodes a sandbox keeps (plus every /dev/nvidia*): no disks, no /dev/mem, no consoles -- a sandbox that
+#: keeps the controller's uid (root on CUDA) would otherwise open root-owned block devices as their owner
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+def _minimal_dev() -> None:
+    """Replace /dev with a tmpfs holding only :data:`DEVICES` and the GPU's nodes (bound from the real ones),
+    ``/dev/shm`` (each sandbox mounts a private tmpfs there) and the usual links into /proc/self/fd."""
+    if not os.path.isdir("/dev"):
+        return
+    names = [n for n in DEVICES if os.path.exists(f"/dev/{n}")]
+    names += sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
+    fds = {n: os.open(f"/dev/{n}", os.O_PATH) for n in names}
+    try:
+        linux.mount("tmpfs", "/dev", "tmpfs", linux.MS_NOSUID, "size=64k,mode=755")
+        for n, fd in fds.items():
+            target = f"/dev/{n}"
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.mkdir(target, 0o755)
+            else:
+                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+            linux.mount(f"/proc/self/fd/{fd}", target, None, linux.MS_BIND | linux.MS_REC)
+        os.mkdir("/dev/shm", 0o1777)
+        os.mkdir("/dev/pts", 0o755)
+        for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
+            os.symlink(target, f"/dev/{link}")
+    finally:
+        for fd in fds.values():
             os.close(fd)
 
 
@@ -564,16 +600,32 @@ def _without(plan: JailPlan, step: str, detail: str) -> JailPlan:
         return replace(plan, seccomp=False, missing=plan.missing + (m,))
     if step == "limits":
         return replace(plan, limits="none", missing=plan.missing + (m,))
+    if step == "cuda":  # the jailed probe could not compute on the GPU: give up the next part of the ladder
+        for part in CUDA_LADDER:
+            if part == "view" and plan.view:
+                return replace(plan, view=False, missing=plan.missing + (Missing(
+                    "view", f"CUDA failed inside the read-only view ({detail})", "see docs/threat-model.md"),))
+            if part == "seccomp" and plan.seccomp:
+                return replace(plan, seccomp=False, missing=plan.missing + (Missing(
+                    "seccomp", f"CUDA failed under the seccomp filter ({detail})", "see docs/threat-model.md"),))
+            if part in plan.namespaces:
+                return replace(plan, namespaces=tuple(n for n in plan.namespaces if n != part),
+                               view=plan.view and part != "mount", missing=plan.missing + (Missing(
+                                   part, f"CUDA failed in a {part} namespace ({detail})",
+                                   "see docs/threat-model.md"),))
     return replace(plan, isolation=plan.isolation, identity="none", namespaces=(), view=False, seccomp=False,
                    limits="none", missing=plan.missing + (m,))
 
 
-def probe(plan: JailPlan, timeout_s: float = 30.0) -> dict:
+def probe(plan: JailPlan, timeout_s: float = 120.0) -> dict:
     """Try ``plan`` for real in a throwaway process tree (a mini zygote without torch and one sandbox).
     Returns {"ok": True, "checks": {...}} or {"ok": False, "step": ..., "error": ...}."""
     import subprocess
 
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), ENV_PLAN: json.dumps(plan.to_json())}
+    from .runner import sandbox_env
+
+    env = sandbox_env(1)
+    env[ENV_PLAN] = json.dumps(plan.to_json())
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     try:
         out = subprocess.run([sys.executable, "-m", "pytest_autotune.sandbox.jail", "probe"], env=env,
@@ -629,6 +681,7 @@ def _probe_checks(plan: JailPlan) -> dict:
     for p in plan.expose:
         if not os.access(p, os.R_OK | os.X_OK):
             raise JailError("identity", f"uid {os.getuid()} cannot read {p}")
+    checks["devices"] = sorted(os.listdir("/dev")) if os.path.isdir("/dev") else None
     checks["visible_pids"] = len([p for p in os.listdir("/proc") if p.isdigit()])
     try:
         with open("/proc/net/dev") as f:
@@ -641,6 +694,14 @@ def _probe_checks(plan: JailPlan) -> dict:
         checks["tmp_writable"] = True
     except OSError:
         checks["tmp_writable"] = False
+    if plan.device == "cuda":
+        try:
+            import torch
+
+            x = torch.arange(1024, device="cuda", dtype=torch.float32)
+            checks["cuda_sum"] = float((x * 2).sum().item())
+        except Exception as e:  # noqa: BLE001
+            raise JailError("cuda", f"{type(e).__name__}: {e}") from None
     for p in plan.hide:
         checks.setdefault("hidden", {})[p] = not os.path.exists(p) or (os.path.isfile(p) and os.path.getsize(p) == 0) \
             or (os.path.isdir(p) and not os.listdir(p))

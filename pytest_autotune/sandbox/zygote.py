@@ -131,6 +131,11 @@ def main() -> None:
 
     from . import child  # noqa: F401
 
+    if plan.seccomp:  # loaded once here, not in every sandbox
+        from .seccomp_filter import bindings
+
+        bindings()
+
     ctl = socket.socket(fileno=fd)
     ctl.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
     serve(ctl, plan, p0)

@@ -1,6 +1,7 @@
 """JAIL CHEAT: kill the harness. SIGKILL its parent (the zygote) and its grandparent (the controller, checked
-to be a ``pytest`` process: nothing else is ever signalled), and every other ``pytest`` process it can see. The
-session would end with no report and the run unfinished. Then compute honestly.
+to be a ``pytest`` process). Nothing else is ever signalled -- this file runs on shared machines with the jail
+off too (AUTOTUNE_JAIL_DISABLE). The session would end with no report and the run unfinished. Then compute
+honestly.
 Caught by: the jail's pid namespace (its parent is outside: ``getppid()`` is 0, /proc shows only the sandbox)."""
 import os
 import signal
@@ -33,9 +34,6 @@ def _attack() -> str:
                 targets.append(grand)
         except (OSError, ValueError, IndexError):
             pass
-    for p in os.listdir("/proc"):
-        if p.isdigit() and int(p) not in targets and int(p) != os.getpid() and _is_pytest(int(p)):
-            targets.append(int(p))
     if not targets:
         return f"blocked: nothing to kill (getppid()={parent}, /proc pids: " \
                f"{sorted(int(p) for p in os.listdir('/proc') if p.isdigit())})"

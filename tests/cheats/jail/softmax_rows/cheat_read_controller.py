@@ -1,5 +1,5 @@
 """JAIL CHEAT: read the controller's memory, where the run's nonce and the golden outputs live. Find the
-controller (a ``pytest`` process in /proc), then read its writable memory through ``/proc/PID/mem``, and try
+controller (the ``pytest`` process among its ancestors: only those are ever read), then read its writable memory through ``/proc/PID/mem``, and try
 ``process_vm_readv`` and ``ptrace(PTRACE_ATTACH)`` too. Proof of reading: the controller holds this file's own
 source text (it hashed and sent it), so the marker below is somewhere in its heap. On success the model refuses
 to build, naming what it read (the item is then rejected with ``ATTACK SUCCEEDED``); otherwise it is honest.
@@ -19,16 +19,20 @@ LIMIT = 768 << 20
 
 def _controllers():
     out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
+    pid = os.getppid()
+    for _ in range(3):  # parent (the zygote), grandparent (the controller), one more (xdist worker's parent)
+        if pid <= 1:
+            break
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmd = f.read()
-        except OSError:
-            continue
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
         if b"pytest" in cmd and b"sandbox.zygote" not in cmd:
-            out.append(int(pid))
+            out.append(pid)
+        pid = parent
     return out
 
 

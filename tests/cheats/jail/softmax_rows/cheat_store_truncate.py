@@ -1,7 +1,8 @@
 """JAIL CHEAT: destroy the results database. Find it the ways an attacker would -- walking up from this file and
-from the working directory to ``.autotune/results.db``, and through the file descriptors other processes hold
-open (``/proc/*/fd``) -- then truncate it to zero bytes and delete sqlite's journal files. Every row of the
+from the working directory to ``.autotune/results.db``, and through the file descriptors its ancestors (the
+zygote, the controller) hold open -- then truncate it to zero bytes and delete sqlite's journal files. Every row of the
 session would be lost, including those of items measured before this one. Then compute honestly.
+Only its own ancestors' files are ever looked at: this file runs on shared machines with the jail off too.
 Caught by: the jail's mount view (the store is absent, the repository read-only) and its pid namespace (no other
 process's descriptors in /proc). What happened is printed to the sandbox log (``JAIL-CHEAT`` lines)."""
 import os
@@ -9,6 +10,20 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+
+def _ancestors():
+    out, pid = [], os.getppid()
+    for _ in range(3):
+        if pid <= 1:
+            break
+        out.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
 
 
 def _candidates():
@@ -19,9 +34,7 @@ def _candidates():
             if p not in seen:
                 seen.add(p)
                 yield p
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
+    for pid in _ancestors():
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:

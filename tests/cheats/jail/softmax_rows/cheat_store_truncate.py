@@ -1,7 +1,8 @@
 """JAIL CHEAT: destroy the results database. Find it the ways an attacker would -- walking up from this file and
 from the working directory to ``.autotune/results.db``, and through the file descriptors its ancestors (the
-zygote, the controller) hold open -- then truncate it to zero bytes and delete sqlite's journal files. Every row of the
-session would be lost, including those of items measured before this one. Then compute honestly.
+zygote, the controller) hold open -- then truncate it to zero bytes and delete it with sqlite's journal files (the
+controller then writes into a file that no longer has a name). Every row of the session would be lost, including
+those of items measured before this one. Then compute honestly.
 Only its own ancestors' files are ever looked at: this file runs on shared machines with the jail off too.
 Caught by: the jail's mount view (the store is absent, the repository read-only) and its pid namespace (no other
 process's descriptors in /proc). What happened is printed to the sandbox log (``JAIL-CHEAT`` lines)."""
@@ -63,7 +64,7 @@ def _attack() -> str:
         try:
             os.truncate(p, 0)
             done.append(f"truncated {p}")
-            for side in ("-wal", "-shm", "-journal"):
+            for side in ("", "-wal", "-shm", "-journal"):
                 try:
                     os.unlink(str(p) + side)
                 except FileNotFoundError:

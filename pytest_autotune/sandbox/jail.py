@@ -32,7 +32,7 @@ import select
 import signal
 import socket
 import sys
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -628,7 +628,7 @@ def probe(plan: JailPlan, timeout_s: float = 120.0) -> dict:
     env[ENV_PLAN] = json.dumps(plan.to_json())
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest_autotune.sandbox.jail", "probe"], env=env,
+        out = subprocess.run([sys.executable, "-m", "pytest_autotune.sandbox.jail", "probe"], env=env, check=False,
                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"ok": False, "step": "jail", "error": f"the jail probe did not finish in {timeout_s:.0f} s"}

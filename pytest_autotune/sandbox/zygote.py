@@ -75,7 +75,7 @@ def serve(ctl: socket.socket, plan: "JailPlan", p0: Optional[int] = None) -> Non
         if cmd == "fork":
             log_fd = fds[1] if len(fds) > 1 else -1
 
-            def run(fds: list = fds) -> int:
+            def run(fds: list = fds, req: dict = req, log_fd: int = log_fd) -> int:
                 code = 70
                 try:
                     ctl.close()

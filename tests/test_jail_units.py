@@ -160,3 +160,70 @@ seccomp_filter.bindings = _gone
     text = res.stdout.str() + res.stderr.str()
     assert res.ret == pytest.ExitCode.USAGE_ERROR, text
     assert '[sandbox].isolation = "required"' in text and "seccomp:" in text and "pip install pyseccomp" in text
+
+
+@linux_only
+def test_the_cgroup_sees_every_descendant(tmp_path) -> None:
+    """A candidate whose import leaves a ``setsid`` helper: the sandbox's process group no longer holds it, its
+    cgroup does (``Sandbox.other_processes``), and it is gone once the sandbox is closed."""
+    import time
+    import uuid
+    from pathlib import Path
+
+    from pytest_autotune.problems.model import SourceFile
+    from pytest_autotune.sandbox.runner import SandboxPool
+
+    token = "atu" + uuid.uuid4().hex[:10]
+    cand = tmp_path / "setsid_helper.py"
+    cand.write_text(f'''
+import ctypes, os, time
+import torch
+from torch import nn
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(15, b"{token}", 0, 0, 0)
+        time.sleep(60)
+    os._exit(0)
+os.wait()
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+''')
+    problem = Path(__file__).resolve().parent / "cheats" / "problems" / "relu_nonneg.py"
+    pool = SandboxPool(threads=1, timeout_s=60, memory_mb=2048, start_timeout_s=120, isolation="preferred",
+                       max_processes=64)
+    try:
+        if not pool.plan.limits.startswith("cgroup"):
+            pytest.skip(f"no writable cgroup here: {pool.plan.describe()}")
+        init = {"threads": 1, "device": {"target": "pytest_autotune.measure.devices.cpu:CpuDevice", "index": 0,
+                                         "options": {}},
+                "problem": SourceFile.read(problem).wire(), "candidate": SourceFile.read(cand).wire(),
+                "candidate_class": "ModelNew", "baseline": None, "baseline_class": "ModelNew", "init_seed": 1,
+                "sizes": {}, "disable_gc": True}
+        box = pool.start(init, label="setsid")
+        assert box.hello.get("ok"), box.hello
+        assert box.other_processes() == 1
+        assert isinstance(box.descendants_cpu_ns(), int) and box.descendants_cpu_ns() > 0
+        box.close()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _comm_alive(token):
+            time.sleep(0.05)
+        assert not _comm_alive(token)
+    finally:
+        pool.close()
+
+
+def _comm_alive(comm: str) -> bool:
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/comm") as f:
+                    if f.read().strip() == comm[:15]:
+                        with open(f"/proc/{p}/stat") as g:
+                            if g.read().rsplit(")", 1)[1].split()[0] != "Z":
+                                return True
+            except OSError:
+                pass
+    return False

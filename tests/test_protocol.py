@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -36,14 +37,21 @@ def test_one_changed_byte_unfreezes_and_names_the_fix():
     assert "bump [protocol].version" in status.message
 
 
+def _with_version(raw: bytes, version: bytes) -> bytes:
+    """The protocol with another [protocol].version, whatever the current one is."""
+    out, n = re.subn(rb'^version = "[^"]*"', b'version = "' + version + b'"', raw, count=1, flags=re.MULTILINE)
+    assert n == 1
+    return out
+
+
 def test_unknown_version_is_not_frozen():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "999-local"')
+    raw = _with_version(ROOT_PROTOCOL.read_bytes(), b"999-local")
     status = freeze_status(parse_protocol(raw))
     assert not status.frozen and "is not frozen" in status.message and "--autotune-exploratory" in status.message
 
 
 def test_extra_pins_from_a_hook_freeze_a_project_protocol():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "acme-1"')
+    raw = _with_version(ROOT_PROTOCOL.read_bytes(), b"acme-1")
     proto = parse_protocol(raw)
     assert freeze_status(proto, {"acme-1": proto.sha256}).frozen
     with pytest.raises(ProtocolError, match="pinned twice"):

@@ -51,6 +51,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    load_before = os.getloadavg()
     pools = {}
     once = {}
     for iso in ("off", "preferred"):
@@ -75,8 +76,9 @@ def main() -> int:
         return xs[min(len(xs) - 1, int(p * len(xs)))]
 
     out = {"machine": platform.platform(), "euid": os.geteuid(), "cpus": os.cpu_count(),
-           "loadavg_before": os.getloadavg(), "repeats": args.repeats, "once": once, "per_sandbox": {}}
-    print(f"{platform.platform()}, euid {os.geteuid()}, load {os.getloadavg()[0]:.2f}, {args.repeats} repeats")
+           "loadavg_before": load_before, "repeats": args.repeats, "once": once, "per_sandbox": {}}
+    print(f"{platform.platform()}, euid {os.geteuid()}, load {load_before[0]:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after, {args.repeats} repeats")
     for iso in pools:
         print(f"  {iso:9s}: {once[iso]['plan']}")
         print(f"             plan+probe {once[iso]['plan_s'] * 1e3:.0f} ms, zygote + first sandbox "

@@ -220,6 +220,20 @@ def _session(who: str) -> JailRun:
                    time.monotonic() - t0)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _jail_available():
+    """As root (CI) the full jail must be there: never skip. A normal user's machine may forbid user namespaces;
+    then these tests skip, naming what is missing (the warning a session would print)."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the jail is Linux only")
+    if os.geteuid() != 0:
+        from pytest_autotune.sandbox.jail import plan_jail
+
+        plan = plan_jail("preferred", "cpu", (), 1 << 30, MAX_PROCESSES)
+        if plan.level != "full":
+            pytest.skip(plan.warning())
+
+
 @pytest.fixture(scope="module")
 def jail_runs():
     runs: dict[str, JailRun] = {}

@@ -15,6 +15,7 @@ import fcntl
 import os
 import socket
 import struct
+import sys
 from typing import Optional
 
 CLONE_NEWNS = 0x00020000
@@ -48,9 +49,10 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-_libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
-_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+if sys.platform.startswith("linux"):  # importable elsewhere (macOS spawns sandboxes without a jail)
+    _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
+    _libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
+    _libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 
 
 def _check(ret: int, what: str) -> int:

@@ -124,11 +124,23 @@ def _layout(root: Path, port: int, token: str, isolation: str) -> list[Path]:
     (root / "protocol.toml").write_text(fast_protocol_text(**{
         "probes.max_examples": "0", "probes.shape_examples": "0",
         "sandbox.max_processes": str(MAX_PROCESSES), "sandbox.isolation": f'"{isolation}"',
-        # this session tests the jail, not the timing gates: on a loaded machine a 0.6 s budget can read a
-        # baseline 1.5x slower beside an honest candidate, which must not turn these items into refusals
-        "integrity.baseline_max_slowdown": "1000.0", "integrity.wall_clock_max_unexplained": "1.0",
-        "breaker.max_speedup": "1000.0"}))
+        "breaker.max_speedup": "1000.0", **_timing_gates_relaxed()}))
     return [root / "protocol.toml", *sorted((root / "problems").glob("*.py")), *sorted(cand.glob("*.py"))]
+
+
+#: this session tests the jail, not the timing gates: on a loaded machine a short budget can trip them on an
+#: honest candidate, which must not turn these items into refusals (keys of whichever protocol is current)
+_RELAXED = {"integrity.baseline_max_slowdown": "1000.0", "integrity.wall_clock_max_unexplained": "1.0",
+            "integrity.wall_clock_hidden_abs_s": "10.0", "integrity.wall_clock_hidden_rel": "100.0",
+            "integrity.idle_cpu_per_command_s": "10.0", "integrity.idle_cpu_rel": "100.0",
+            "integrity.prepare_cpu_max_ratio": "1000.0", "integrity.prepare_cpu_abs_s": "10.0"}
+
+
+def _timing_gates_relaxed() -> dict:
+    import tomllib
+
+    data = tomllib.loads((REPO / "protocol.toml").read_text())
+    return {k: v for k, v in _RELAXED.items() if k.split(".")[1] in data.get(k.split(".")[0], {})}
 
 
 def _cheat_lines(tmp: Path) -> dict:

@@ -79,6 +79,7 @@ class JailPlan:
     view: bool = False
     hide: tuple[str, ...] = ()  # paths absent from the view (the store)
     expose: tuple[str, ...] = ()  # identity uid: paths the sandbox must read (the interpreter, site-packages)
+    keep: tuple[str, ...] = ()  # paths under /tmp or /dev/shm the sandbox needs (a checkout in /tmp): bound back
     seccomp: bool = False
     limits: str = "none"  # cgroup v1 | cgroup v2 | rlimit | none
     memory_bytes: int = 0
@@ -144,6 +145,7 @@ class JailPlan:
         d["namespaces"] = list(self.namespaces)
         d["hide"] = list(self.hide)
         d["expose"] = list(self.expose)
+        d["keep"] = list(self.keep)
         d["missing"] = [asdict(m) for m in self.missing]
         d["level"] = self.level
         return d
@@ -155,6 +157,7 @@ class JailPlan:
         d["namespaces"] = tuple(d.get("namespaces", ()))
         d["hide"] = tuple(d.get("hide", ()))
         d["expose"] = tuple(d.get("expose", ()))
+        d["keep"] = tuple(d.get("keep", ()))
         d["missing"] = tuple(Missing(**m) for m in d.get("missing", ()))
         return cls(**d)
 
@@ -463,7 +466,18 @@ def _sandbox_mounts(plan: JailPlan) -> None:
         if plan.view:
             for target, mode in (("/tmp", "1777"), ("/dev/shm", "1777")):
                 if os.path.isdir(target):
+                    kept = [p for p in plan.keep if p.startswith(target + "/") and os.path.exists(p)]
+                    fds = {p: os.open(p, os.O_PATH) for p in kept}
                     linux.mount("tmpfs", target, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"{size},mode={mode}")
+                    for p, fd in fds.items():  # what the sandbox imports from, read-only, nothing else of it
+                        if os.path.isdir(f"/proc/self/fd/{fd}"):
+                            os.makedirs(p, 0o755, exist_ok=True)
+                        else:
+                            os.makedirs(os.path.dirname(p), 0o755, exist_ok=True)
+                            os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o444))
+                        linux.mount(f"/proc/self/fd/{fd}", p, None, linux.MS_BIND | linux.MS_REC)
+                        linux.mount(None, p, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID)
+                        os.close(fd)
         if "pid" in plan.namespaces:
             linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
         if plan.view:
@@ -549,7 +563,8 @@ def wanted_plan(isolation: str, device: str, hide: tuple[str, ...], memory_bytes
     else:
         identity, uid, gid = "userns", os.geteuid(), os.getegid()
         ns = ("user",) + ns
-    return replace(base, identity=identity, uid=uid, gid=gid, namespaces=ns, view="mount" in ns, seccomp=True,
+    keep = tuple(p for p in interpreter_paths() if p.startswith(("/tmp/", "/dev/shm/")))
+    return replace(base, identity=identity, uid=uid, gid=gid, namespaces=ns, view="mount" in ns, seccomp=True, keep=keep,
                    limits="rlimit" if identity in ("uid", "userns") else "none", missing=tuple(missing))
 
 
@@ -681,6 +696,9 @@ def _probe_checks(plan: JailPlan) -> dict:
     for p in plan.expose:
         if not os.access(p, os.R_OK | os.X_OK):
             raise JailError("identity", f"uid {os.getuid()} cannot read {p}")
+    for p in plan.keep:
+        if not os.access(p, os.R_OK):
+            raise JailError("view", f"{p} (the interpreter or this package, under a private folder) is not readable")
     checks["devices"] = sorted(os.listdir("/dev")) if os.path.isdir("/dev") else None
     checks["visible_pids"] = len([p for p in os.listdir("/proc") if p.isdigit()])
     try:

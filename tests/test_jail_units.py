@@ -163,56 +163,63 @@ seccomp_filter.bindings = _gone
 
 
 @linux_only
-def test_the_cgroup_sees_every_descendant(tmp_path) -> None:
-    """A candidate whose import leaves a ``setsid`` helper: the sandbox's process group no longer holds it, its
-    cgroup does (``Sandbox.other_processes``), and it is gone once the sandbox is closed."""
+def test_the_cgroup_sees_every_descendant() -> None:
+    """A process that leaves a ``setsid`` helper: its process group no longer holds the helper, its cgroup does
+    (what ``Sandbox.other_processes`` counts); the group's CPU time includes it; ``kill`` and ``remove`` end it."""
+    import signal
     import time
     import uuid
-    from pathlib import Path
 
-    from pytest_autotune.problems.model import SourceFile
-    from pytest_autotune.sandbox.runner import SandboxPool
+    from pytest_autotune.sandbox.cgroups import CgroupSession, CgroupUnavailable
 
-    token = "atu" + uuid.uuid4().hex[:10]
-    cand = tmp_path / "setsid_helper.py"
-    cand.write_text(f'''
-import ctypes, os, time
-import torch
-from torch import nn
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        ctypes.CDLL(None).prctl(15, b"{token}", 0, 0, 0)
-        time.sleep(60)
-    os._exit(0)
-os.wait()
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-''')
-    problem = Path(__file__).resolve().parent / "cheats" / "problems" / "relu_nonneg.py"
-    pool = SandboxPool(threads=1, timeout_s=60, memory_mb=2048, start_timeout_s=120, isolation="preferred",
-                       max_processes=64)
     try:
-        if not pool.plan.limits.startswith("cgroup"):
-            pytest.skip(f"no writable cgroup here: {pool.plan.describe()}")
-        init = {"threads": 1, "device": {"target": "pytest_autotune.measure.devices.cpu:CpuDevice", "index": 0,
-                                         "options": {}},
-                "problem": SourceFile.read(problem).wire(), "candidate": SourceFile.read(cand).wire(),
-                "candidate_class": "ModelNew", "baseline": None, "baseline_class": "ModelNew", "init_seed": 1,
-                "sizes": {}, "disable_gc": True}
-        box = pool.start(init, label="setsid")
-        assert box.hello.get("ok"), box.hello
-        assert box.other_processes() == 1
-        assert isinstance(box.descendants_cpu_ns(), int) and box.descendants_cpu_ns() > 0
-        box.close()
+        session = CgroupSession.open(256 << 20, 16)
+    except (CgroupUnavailable, OSError) as e:
+        pytest.skip(f"no writable cgroup here: {e}")
+    token = "atu" + uuid.uuid4().hex[:10]
+    r, w = os.pipe()
+    try:
+        group = session.create()
+        pid = os.fork()
+        if pid == 0:  # waits until it is in the group, then leaves a setsid helper that burns a little CPU
+            os.close(w)
+            os.read(r, 1)
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    ctypes.CDLL(None).prctl(15, token.encode(), 0, 0, 0)
+                    end = time.monotonic() + 60
+                    x = 0
+                    while time.monotonic() < end:
+                        x += 1
+                os._exit(0)
+            os.wait()
+            time.sleep(60)
+            os._exit(0)
+        os.close(r)
+        group.add(pid)
+        os.write(w, b"x")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(group.procs()) < 2:
+            time.sleep(0.02)
+        helpers = [p for p in group.procs() if p != pid]
+        assert len(helpers) == 1 and os.getpgid(helpers[0]) != os.getpgid(pid), group.procs()
+        time.sleep(0.2)
+        cpu = group.cpu_ns()
+        assert cpu is None or cpu > 50_000_000  # the helper's spinning is the group's CPU time (None: no cpuacct)
+        group.kill()
+        os.waitpid(pid, 0)
+        assert group.remove(5.0)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and _comm_alive(token):
             time.sleep(0.05)
         assert not _comm_alive(token)
     finally:
-        pool.close()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, UnboundLocalError):
+            pass
+        session.close()
 
 
 def _comm_alive(comm: str) -> bool:

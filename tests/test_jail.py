@@ -132,7 +132,7 @@ def _layout(root: Path, port: int, token: str, isolation: str) -> list[Path]:
 #: honest candidate, which must not turn these items into refusals (keys of whichever protocol is current)
 _RELAXED = {"integrity.baseline_max_slowdown": "1000.0", "integrity.wall_clock_max_unexplained": "1.0",
             "integrity.wall_clock_hidden_abs_s": "10.0", "integrity.wall_clock_hidden_rel": "1.0",
-            "integrity.idle_cpu_per_command_s": "10.0", "integrity.idle_cpu_rel": "100.0",
+            "integrity.idle_cpu_per_command_s": "10.0", "integrity.idle_cpu_rel": "1.0",
             "integrity.prepare_cpu_max_ratio": "1000.0", "integrity.prepare_cpu_abs_s": "10.0"}
 
 

@@ -200,13 +200,15 @@ def test_the_cgroup_sees_every_descendant() -> None:
         group.add(pid)
         os.write(w, b"x")
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(group.procs()) < 2:
-            time.sleep(0.02)
+        while time.monotonic() < deadline and not (len(group.procs()) == 2 and _comm_alive(token)):
+            time.sleep(0.02)  # until the intermediate process has exited and the helper has named itself
         helpers = [p for p in group.procs() if p != pid]
         assert len(helpers) == 1 and os.getpgid(helpers[0]) != os.getpgid(pid), group.procs()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 20  # the helper's spinning is the group's CPU time (None: no cpuacct)
+        while time.monotonic() < deadline and (group.cpu_ns() or 0) <= 50_000_000 and group.cpu_ns() is not None:
+            time.sleep(0.05)
         cpu = group.cpu_ns()
-        assert cpu is None or cpu > 50_000_000  # the helper's spinning is the group's CPU time (None: no cpuacct)
+        assert cpu is None or cpu > 50_000_000, cpu
         group.kill()
         os.waitpid(pid, 0)
         assert group.remove(5.0)

@@ -206,12 +206,11 @@ class SandboxPool:
                 "everything", f"sandboxes are spawned, not forked from a zygote ({sys.platform})",
                 "measure on Linux"),))
         cg_kind, cg_error = None, ""
-        if os.geteuid() == 0 or self.isolation != "off":
-            try:
-                self.cgroups = CgroupSession.open(self.memory_bytes, self.max_processes)
-                cg_kind = f"cgroup {self.cgroups.version}"
-            except (CgroupUnavailable, OSError) as e:
-                cg_error = str(e)
+        try:
+            self.cgroups = CgroupSession.open(self.memory_bytes, self.max_processes)
+            cg_kind = f"cgroup {self.cgroups.version}"
+        except (CgroupUnavailable, OSError) as e:
+            cg_error = str(e)
         plan = plan_jail(self.isolation, self.device, self.hide, self.memory_bytes, self.max_processes,
                          cgroups_ok=cg_kind, cgroup_error=cg_error)
         if not plan.limits.startswith("cgroup") and self.cgroups is not None:

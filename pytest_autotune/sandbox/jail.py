@@ -641,7 +641,8 @@ def probe(plan: JailPlan, timeout_s: float = 120.0) -> dict:
 
     env = sandbox_env(1)
     env[ENV_PLAN] = json.dumps(plan.to_json())
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    # this package first, then whatever this process imports from (the seccomp bindings may come from PYTHONPATH)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if p])
     try:
         out = subprocess.run([sys.executable, "-m", "pytest_autotune.sandbox.jail", "probe"], env=env, check=False,
                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)

@@ -146,7 +146,7 @@ def _decode(args: list) -> tuple:
 def _check(label: str, plan: jail.JailPlan, torch, ctl: dict) -> dict:
     env = {k: v for k, v in os.environ.items()}
     env.update({"JAIL_CHECK_PLAN": json.dumps(plan.to_json()), "JAIL_CHECK_CTL": json.dumps(ctl),
-                "PYTHONPATH": str(REPO)})
+                "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in sys.path if p])})
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, __file__, "--child"], env=env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # pragma: no cover
 class BuiltinParts:
     @pytest.hookimpl(trylast=True)
     def pytest_autotune_provenance_keys(self, config: pytest.Config) -> list[ProvenanceKey]:
-        return builtin_keys()
+        from .sandbox.jail_session import isolation_keys
+
+        return builtin_keys() + isolation_keys(config)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_autotune_gates(self, config: pytest.Config) -> list["Gate"]:

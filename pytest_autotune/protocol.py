@@ -104,6 +104,8 @@ class SandboxSection:
     start_timeout_s: float = _f(gt=0.0)
     malloc: str = _f(choices=("reuse", "default"))
     thp: str = _f(choices=("off", "default"))
+    isolation: str = _f(choices=("required", "preferred", "off"))
+    max_processes: int = _f(ge=8)
 
 
 @dataclass(frozen=True)

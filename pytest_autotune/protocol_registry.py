@@ -15,7 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
-    "2": "7c2e092d03478491272ae0039e8054be6a8045322ec2d7c31b68ee7434e33062",
+    "2": "85a2693576f23417395d88f2996da4c03afc4580230dfb846ebced1ac957746e",
 }
 
 

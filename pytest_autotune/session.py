@@ -272,6 +272,7 @@ class AutotuneSession:
             "device": self.opts.device, "device_fingerprint": self.device.fingerprint(),
             "nonce_sha256": nonce_commitment(self.nonce), "cpu_threads": self.protocol.timing.cpu_threads,
             "modification_surface": self.surface,
+            "isolation": self.sandbox_pool().plan.provenance(),
         }
         keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
         try:
@@ -301,17 +302,14 @@ class AutotuneSession:
     def flow(self) -> "KernelFlow":
         if self._flow is None:
             from .flow import FlowEnv, KernelFlow
-            from .sandbox.runner import SandboxPool
 
             p = self.protocol
             self.device.setup(p.timing.cpu_threads)
-            self._pool = SandboxPool(threads=p.timing.cpu_threads, timeout_s=p.sandbox.timeout_s,
-                                     memory_mb=p.sandbox.memory_mb, start_timeout_s=p.sandbox.start_timeout_s,
-                                     env_extra=self._sandbox_env())
+            pool = self.sandbox_pool()
             gates = [g for group in self.config.hook.pytest_autotune_gates(config=self.config) for g in group]
             keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
             env = FlowEnv(
-                protocol=p, device_spec=self.device_spec, device=self.device, pool=self._pool, nonce=self.nonce,
+                protocol=p, device_spec=self.device_spec, device=self.device, pool=pool, nonce=self.nonce,
                 gates=gates, measuring=self.opts.measuring, run_id=self.run_id, exploratory=self.exploratory,
                 item_provenance=lambda facts: collect(keys, "item", facts), lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
@@ -334,6 +332,14 @@ class AutotuneSession:
             wid = str(self.config.workerinput.get("workerid", "gw0"))  # type: ignore[attr-defined]
             worker = int(wid.lstrip("gw") or 0) if wid.lstrip("gw").isdigit() else 0
         return [allowed[-1 - (worker % len(allowed))]]
+
+    def sandbox_pool(self) -> "SandboxPool":
+        """The pool of sandboxes, and with it the jail they run in (decided on first use: docs/threat-model.md)."""
+        if self._pool is None:
+            from .sandbox.jail_session import make_pool
+
+            self._pool = make_pool(self)
+        return self._pool
 
     def _sandbox_env(self) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -467,7 +473,9 @@ class AutotuneSession:
             row["argv"] = list(self.run.argv)
             row["provenance"] = self.run.provenance
             row["db"] = str(self.opts.db)
+            row["isolation"] = self.run.provenance.get("isolation")
             return row
         return {"run_id": self.run_id, "protocol_version": self.protocol.version,
                 "protocol_sha256": self.protocol.sha256, "protocol_frozen": self.freeze.frozen,
-                "exploratory": self.exploratory, "device": self.opts.device, "recorded": False}
+                "exploratory": self.exploratory, "device": self.opts.device, "recorded": False,
+                "isolation": self._pool.plan.provenance() if self._pool is not None else None}

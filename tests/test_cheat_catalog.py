@@ -8,7 +8,12 @@ from the JSON report:
 * ``limits`` -- candidates that crash, hang or exhaust memory, under a short ``[sandbox]`` timeout and a small
   memory limit, beside an honest item that must still pass; probes are disabled in this session, so the identity cheat
   meets the 10x breaker instead of the probe gate;
-* ``store`` -- a candidate that forges a plausible row in the results database (the row MAC betrays it).
+* ``store`` -- a candidate that forges a plausible row in the results database (the row MAC betrays it);
+* ``raw`` -- a candidate that inserts a row with raw SQL (the database's validator refuses it).
+
+``store`` and ``raw`` run without the OS jail (``[sandbox].isolation = "off"``): under it the store is out of the
+sandbox's sight (tests/test_jail.py), so these two sessions test the second line of defence -- the validator and
+the row MACs inside the database -- that still holds where the jail cannot be set up.
 
 ``CATALOG`` is the single table of expectations: file, session, accepted verdicts and gates, a pattern the
 reason must match (so that the test names the defence that must catch it, not just "something refused it"),
@@ -21,6 +26,7 @@ pytest_autotune/gates/*.py whose ``check`` then passes everything).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -144,7 +150,7 @@ CATALOG: list[Case] = [
     Case("softmax_rows", "cheat_gc_callback", "main", R, ("integrity",), r"gc\.callbacks",
          "collector callbacks in the tamper snapshot; collection only before inputs exist (sandbox/tamper.py)"),
     # ---------------------------------------------------------------- the database
-    Case("softmax_rows", "cheat_db_insert", "main", A, (), "",
+    Case("softmax_rows", "cheat_db_insert", "raw", A, (), "",
          "database validator (store/schema.py): the raw INSERT is refused, verify passes"),
     Case("softmax_rows", "cheat_db_forge", "store", A, (), "",
          "row MAC keyed by the run nonce (store/hashing.py): finish_run and autotune verify report it",
@@ -194,7 +200,8 @@ SESSION_PROTOCOL = {
     # the memory limit is reached in six 256 MiB allocations, well inside the timeout even under load
     "limits": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.timeout_s": "10.0",
                "sandbox.memory_mb": "1536"},
-    "store": {"probes.max_examples": "0", "probes.shape_examples": "0"},
+    "store": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.isolation": '"off"'},
+    "raw": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.isolation": '"off"'},
 }
 
 
@@ -237,10 +244,13 @@ def _run_session(pytester: pytest.Pytester, name: str) -> SessionRun:
     if conftest:
         (root / "conftest.py").write_text(conftest)
     report = root / "report.json"
+    (root / "tmp").mkdir()
     t0 = time.monotonic()
-    res = pytester.runpytest_subprocess(
-        "--autotune", "--autotune-exploratory", "--problems", "problems", "--candidates", "candidates",
-        "--autotune-json", str(report), "-p", "no:cacheprovider", "-q", timeout=600)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(root / "tmp"))  # the sandbox logs land here
+        res = pytester.runpytest_subprocess(
+            "--autotune", "--autotune-exploratory", "--problems", "problems", "--candidates", "candidates",
+            "--autotune-json", str(report), "-p", "no:cacheprovider", "-q", timeout=600)
     seconds = time.monotonic() - t0
     items = {}
     if report.exists():
@@ -327,18 +337,38 @@ def test_limits_session_survives(sessions) -> None:
 
 
 def test_helper_process_dies_with_the_sandbox(sessions) -> None:
-    """cheat_burn_process forks a CPU-burning helper; it must not outlive its sandbox (process group kill)."""
+    """cheat_burn_process forks CPU-burning helpers; they must not outlive their sandbox (process group kill, and
+    the jail's pid namespace). The helpers name themselves after the cheat's path (the jailed sandbox cannot
+    write a pid file), so this session's helpers are found by name."""
     run = sessions("main")
-    pid_file = run.root / "candidates" / "softmax_rows" / "cheat_burn_process.pid.txt"
-    assert pid_file.exists(), "the cheat never started its helpers (did it run?)"
-    pids = [int(p) for p in pid_file.read_text().split()]
+    path = run.root / "candidates" / "softmax_rows" / "cheat_burn_process.py"
+    name = "atb" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    assert f"{name} started" in _sandbox_logs(run), "the cheat never started its helpers (did it run?)"
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and _named(name):
         time.sleep(0.1)
-    alive = [p for p in pids if _alive(p)]
+    alive = _named(name)
     for p in alive:  # ours to clean up: the cheat's helpers, started by this test's session
         os.kill(p, signal.SIGKILL)
     assert not alive, f"helper processes {alive} outlived their sandbox"
+
+
+def _named(comm: str) -> list[int]:
+    out = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open(f"/proc/{e}/comm") as f:
+                if f.read().strip() == comm[:15] and _alive(int(e)):
+                    out.append(int(e))
+        except OSError:
+            continue
+    return out
+
+
+def _sandbox_logs(run: SessionRun) -> str:
+    return "\n".join(p.read_text(errors="replace") for p in sorted((run.root / "tmp").glob("autotune-sandbox-*/*.log")))
 
 
 def _alive(pid: int) -> bool:
@@ -361,7 +391,7 @@ def _verify(db: Path) -> subprocess.CompletedProcess:
 def test_raw_insert_is_refused_and_the_store_verifies(sessions) -> None:
     """cheat_db_insert found the results database and tried a raw INSERT: the validator refused it, nothing of
     it is in the database, and ``autotune verify`` passes."""
-    run = sessions("main")
+    run = sessions("raw")
     attempt = run.root / "candidates" / "softmax_rows" / "cheat_db_insert.attempt.txt"
     assert attempt.exists(), "the cheat never ran"
     text = attempt.read_text()

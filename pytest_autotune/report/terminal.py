@@ -51,6 +51,13 @@ def write_summary(tr: Any, session: "AutotuneSession") -> None:
                   f"error {s['error']}; {fp}; median speedup {med}")
     if session.opts.measuring:
         tr.write_line("bars: " + ", ".join(f"{b['name']} {b['status']}" for b in bars(s, session)))
+    pool = session._pool
+    if pool is not None:
+        plan = pool.plan
+        weak = plan.level in ("partial", "none")
+        tr.write_line(f"sandbox isolation: {plan.describe()}"
+                      + (" -- missing: " + ", ".join(m.part for m in plan.missing) + " (see the warning)" if weak else ""),
+                      red=weak, bold=weak)
     status = "frozen" if session.freeze.frozen else "NOT FROZEN (exploratory)"
     tr.write_line(f"protocol {session.protocol.version} sha256 {session.protocol.sha256[:16]}... {status}")
     if session.opts.measuring and session.run is not None:

@@ -3,6 +3,10 @@
 :class:`SandboxPool` owns one zygote per controller/worker process (Linux) or spawns a fresh interpreter per
 sandbox elsewhere. :class:`Sandbox` is one isolated process running one candidate; every request goes through
 :meth:`Sandbox.request`, which turns a crash, hang or memory blow-up into a :class:`SandboxFailure`.
+
+The pool decides the jail once (:attr:`SandboxPool.plan`, :mod:`.jail`): the zygote enters it and every sandbox
+completes it before it reads its candidate; the pool puts each sandbox into a cgroup of its own right after the
+fork (:mod:`.cgroups`) and removes it with the sandbox.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from . import linux
+from .cgroups import CgroupSession, CgroupUnavailable, SandboxCgroup
+from .jail import ENV_PLAN, JailPlan, Missing, plan_jail
 from .wire import Channel, PeerGone, WireError, WireTimeout
 
 _KEEP_ENV = (
@@ -80,11 +87,13 @@ def _describe_status(st: dict) -> str:
 
 
 class _Zygote:
-    def __init__(self, threads: int, workdir: Path, start_timeout: float, env_extra: Optional[dict] = None) -> None:
+    def __init__(self, threads: int, workdir: Path, start_timeout: float, env_extra: Optional[dict] = None,
+                 plan: Optional[JailPlan] = None) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = sandbox_env(threads, env_extra)
         env["AUTOTUNE_SANDBOX_SYS_PATH"] = json.dumps([p for p in sys.path if p])
         env["PYTHONPATH"] = _package_root()
+        env[ENV_PLAN] = json.dumps((plan or JailPlan()).to_json())
         self.log = workdir / "zygote.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
@@ -102,17 +111,35 @@ class _Zygote:
             raise SandboxFailure("start", f"the sandbox zygote did not start ({e})", _tail(self.log)) from None
         if not hello.get("ready"):
             self.close()
-            raise SandboxFailure("start", "the sandbox zygote did not start", _tail(self.log))
+            why = f": the jail failed at {hello['error']}" if hello.get("error") else ""
+            raise SandboxFailure("start", f"the sandbox zygote did not start{why}", _tail(self.log))
         self.ctl.settimeout(30)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def fork(self, fd: int, log: Path) -> int:
-        socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd])
-        return int(json.loads(self.ctl.recv(1 << 16))["pid"])
+    def fork(self, fd: int, log: Path) -> tuple[int, int]:
+        """(pid in the controller's pid namespace, pid in the zygote's). The log file is opened here, by the
+        controller: the zygote's view of the file system is read-only."""
+        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd, log_fd])
+        finally:
+            os.close(log_fd)
+        data, fds, _flags, _addr = socket.recv_fds(self.ctl, 1 << 16, 1)
+        reply = json.loads(data)
+        zpid = int(reply["pid"])
+        host = None
+        for pidfd in fds:
+            host = linux.pid_from_pidfd(pidfd)
+            os.close(pidfd)
+        if reply.get("jail_error"):
+            raise SandboxFailure("start", f"the sandbox could not be jailed (step {reply.get('step')}: "
+                                 f"{reply['jail_error']}); nothing of the candidate ran", _tail(log))
+        return (host if host is not None else zpid), zpid
 
     def wait(self, pid: int, timeout: float) -> dict:
+        """``pid``: the zygote's pid of the sandbox."""
         self.ctl.send(json.dumps({"cmd": "wait", "pid": pid, "timeout": timeout}).encode())
         return json.loads(self.ctl.recv(1 << 16))
 
@@ -145,7 +172,9 @@ class SandboxPool:
     """Starts sandboxes. ``mode``: "zygote" (fork from a pre-warmed clean process; Linux) or "spawn"."""
 
     def __init__(self, threads: int, timeout_s: float, memory_mb: int, start_timeout_s: float,
-                 mode: Optional[str] = None, env_extra: Optional[dict[str, str]] = None) -> None:
+                 mode: Optional[str] = None, env_extra: Optional[dict[str, str]] = None,
+                 isolation: str = "off", hide: tuple[str, ...] = (), max_processes: int = 256,
+                 device: str = "cpu") -> None:
         self.threads = threads
         self.timeout_s = timeout_s
         self.memory_bytes = memory_mb << 20
@@ -153,23 +182,76 @@ class SandboxPool:
         self.mode = mode or ("zygote" if sys.platform.startswith("linux") else "spawn")
         self.env_extra = dict(env_extra or {})
         self.workdir = Path(tempfile.mkdtemp(prefix="autotune-sandbox-"))
+        self.isolation = isolation
+        self.hide = tuple(hide)
+        self.max_processes = max_processes
+        self.device = device
+        self.cgroups: Optional[CgroupSession] = None
+        self._plan: Optional[JailPlan] = None
         self._zygote: Optional[_Zygote] = None
         self._count = 0
 
+    @property
+    def plan(self) -> JailPlan:
+        """The jail every sandbox of this pool runs in, decided on first use (docs/threat-model.md)."""
+        if self._plan is None:
+            self._plan = self._decide_plan()
+        return self._plan
+
+    def _decide_plan(self) -> JailPlan:
+        if self.isolation == "off":
+            return JailPlan(isolation="off", device=self.device)
+        if self.mode != "zygote":
+            return JailPlan(isolation=self.isolation, device=self.device, missing=(Missing(
+                "everything", f"sandboxes are spawned, not forked from a zygote ({sys.platform})",
+                "measure on Linux"),))
+        cg_kind, cg_error = None, ""
+        try:
+            self.cgroups = CgroupSession.open(self.memory_bytes, self.max_processes)
+            cg_kind = f"cgroup {self.cgroups.version}"
+        except (CgroupUnavailable, OSError) as e:
+            cg_error = str(e)
+        plan = plan_jail(self.isolation, self.device, self.hide, self.memory_bytes, self.max_processes,
+                         cgroups_ok=cg_kind, cgroup_error=cg_error)
+        if not plan.limits.startswith("cgroup") and self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None
+        if plan.identity in ("same-uid", "userns"):
+            # the sandbox shares the controller's uid: no /proc/<controller>/mem, no ptrace, even if it could
+            # name this process (its pid namespace already hides it)
+            try:
+                linux.set_dumpable(False)
+            except OSError:
+                pass
+        return plan
+
     def _get_zygote(self) -> _Zygote:
         if self._zygote is None or not self._zygote.alive():
-            self._zygote = _Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra)
+            self._zygote = _Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan)
         return self._zygote
 
     def start(self, init: dict[str, Any], label: str = "sandbox") -> "Sandbox":
         self._count += 1
         log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        group: Optional[SandboxCgroup] = None
         try:
             if self.mode == "zygote":
                 z = self._get_zygote()
-                pid = z.fork(theirs.fileno(), log)
-                handle: _Handle = _ZygoteHandle(pid, z)
+                pid, zpid = z.fork(theirs.fileno(), log)
+                handle: _Handle = _ZygoteHandle(pid, z, zpid)
+                if self.cgroups is not None:
+                    # before the sandbox reads its first command: every process it starts is counted and limited
+                    try:
+                        group = self.cgroups.create()
+                        group.add(pid)
+                    except OSError as e:
+                        handle.kill()
+                        handle.status(5.0)
+                        if group is not None:
+                            group.remove()
+                        ours.close()
+                        raise SandboxFailure("start", f"could not put the sandbox into its cgroup: {e}") from None
             else:
                 env = sandbox_env(self.threads, self.env_extra)
                 env["PYTHONPATH"] = os.pathsep.join([_package_root()] + [p for p in sys.path if p])
@@ -182,7 +264,7 @@ class SandboxPool:
                 handle = _PopenHandle(proc)
         finally:
             theirs.close()
-        box = Sandbox(Channel(ours), handle, log, self)
+        box = Sandbox(Channel(ours), handle, log, self, group)
         box.hello = box.request(init, timeout=self.start_timeout_s + self.timeout_s, phase="load")
         return box
 
@@ -190,6 +272,9 @@ class SandboxPool:
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self.cgroups is not None:
+            self.cgroups.close()
+            self.cgroups = None
 
 
 def _safe(s: str) -> str:
@@ -220,13 +305,14 @@ class _Handle:
 
 
 class _ZygoteHandle(_Handle):
-    def __init__(self, pid: int, zygote: _Zygote) -> None:
-        self.pid = pid
+    def __init__(self, pid: int, zygote: _Zygote, zpid: Optional[int] = None) -> None:
+        self.pid = pid  # in the controller's pid namespace
+        self.zpid = pid if zpid is None else zpid  # in the zygote's (it is in a pid namespace of its own)
         self.zygote = zygote
 
     def status(self, timeout: float) -> dict:
         try:
-            return self.zygote.wait(self.pid, timeout)
+            return self.zygote.wait(self.zpid, timeout)
         except OSError:
             return {"status": "unknown"}
 
@@ -249,11 +335,13 @@ class _PopenHandle(_Handle):
 class Sandbox:
     """One isolated process. Use as a context manager; :meth:`close` always kills and reaps it."""
 
-    def __init__(self, chan: Channel, handle: _Handle, log: Path, pool: SandboxPool) -> None:
+    def __init__(self, chan: Channel, handle: _Handle, log: Path, pool: SandboxPool,
+                 cgroup: Optional[SandboxCgroup] = None) -> None:
         self.chan = chan
         self.handle = handle
         self.log = log
         self.pool = pool
+        self.cgroup = cgroup
         self.hello: dict = {}
         self.peak_rss = 0
         self.closed = False
@@ -261,6 +349,26 @@ class Sandbox:
     @property
     def pid(self) -> int:
         return self.handle.pid
+
+    def other_processes(self) -> Optional[int]:
+        """Live processes of this sandbox besides its main one -- every descendant, ``setsid`` or not -- counted
+        from its cgroup by the controller; None without a cgroup (then count its process group instead)."""
+        if self.cgroup is None:
+            return None
+        return sum(1 for p in self.cgroup.procs() if p != self.handle.pid and _alive(p))
+
+    def descendants_cpu_ns(self) -> Optional[int]:
+        """CPU time of every process this sandbox ever ran (exited ones included), from its cgroup."""
+        return self.cgroup.cpu_ns() if self.cgroup is not None else None
+
+    def _crash(self, phase: str) -> SandboxFailure:
+        st = self.handle.status(2.0)
+        if self.cgroup is not None and self.cgroup.oom_killed():
+            return SandboxFailure(
+                "memory", f"the sandbox went over the protocol's limit of {self.pool.memory_bytes / 2**20:.0f} MiB "
+                f"([sandbox].memory_mb, its cgroup's memory limit) during {phase} and the kernel killed it",
+                _tail(self.log))
+        return SandboxFailure("crash", f"the sandbox died during {phase} ({_describe_status(st)})", _tail(self.log))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -290,9 +398,7 @@ class Sandbox:
         try:
             self.chan.send(msg)
         except PeerGone:
-            st = self.handle.status(2.0)
-            raise SandboxFailure("crash", f"the sandbox died before {phase or msg.get('cmd')} "
-                                 f"({_describe_status(st)})", _tail(self.log)) from None
+            raise self._crash(f"before {phase or msg.get('cmd')}") from None
 
     def receive(self, timeout: Optional[float] = None, phase: str = "") -> dict[str, Any]:
         timeout = self.pool.timeout_s if timeout is None else timeout
@@ -305,10 +411,7 @@ class Sandbox:
                 "timeout", f"no answer within {timeout:.0f} s during {phase} "
                 "([sandbox].timeout_s); the sandbox was killed", _tail(self.log)) from None
         except PeerGone:
-            st = self.handle.status(2.0)
-            raise SandboxFailure(
-                "crash", f"the sandbox died during {phase} ({_describe_status(st)})",
-                _tail(self.log)) from None
+            raise self._crash(phase) from None
         except WireError as e:
             self.handle.kill()
             raise SandboxFailure("protocol", f"the sandbox sent an invalid message: {e}", _tail(self.log)) from None
@@ -335,3 +438,15 @@ class Sandbox:
             # the sandbox is gone, but processes it forked may live on in its process group (a helper that
             # burns CPU while later items are timed): the group goes with it
             self.handle.kill_group()
+        if self.cgroup is not None:  # and everything else it started (setsid or not), then its cgroup
+            self.cgroup.kill()
+            self.cgroup.remove()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rfind(b")") + 2:][:1] != b"Z"
+    except OSError:
+        return False

@@ -5,8 +5,16 @@ started with a scrubbed environment and the protocol's thread counts (so it hold
 is safe), never loads a candidate, and never holds golden outputs or secrets. Each forked sandbox gets its own
 process group (the controller kills the group on timeout or memory blow-up) and its own log file.
 
-Control protocol (SOCK_SEQPACKET, one JSON object per packet): ``{"cmd":"fork","log":path}`` + one fd →
-``{"pid":n}``; ``{"cmd":"wait","pid":n,"timeout":s}`` → ``{"status":"exited","code":c}`` |
+The jail (:mod:`.jail`, docs/threat-model.md): the controller hands the zygote its plan in the environment;
+the zygote enters the session's part first thing, before it imports anything (a user namespace needs a
+single-threaded process), and forks every sandbox into fresh namespaces of its own, which the sandbox completes
+and locks (uid, capabilities, seccomp) before it reads its first command.
+
+Control protocol (SOCK_SEQPACKET, one JSON object per packet): ``{"cmd":"fork","log":path}`` + the sandbox's
+socket fd and, optionally, its log file's fd → ``{"pid":n}`` + a pidfd of the sandbox when there is one (the
+controller reads the sandbox's pid in its own pid namespace from it), or ``{"pid":n,"jail_error":...,
+"step":...}`` when the sandbox could not be jailed (it has then exited without running anything);
+``{"cmd":"wait","pid":n,"timeout":s}`` (n: the zygote's pid of the sandbox) → ``{"status":"exited","code":c}`` |
 ``{"status":"signaled","signal":s}`` | ``{"status":"running"}``; ``{"cmd":"exit"}``.
 """
 
@@ -18,6 +26,9 @@ import signal
 import socket
 import sys
 import time
+from typing import Optional
+
+from .jail import ENV_PLAN, JailError, JailPlan, enter_session, fork_jailed
 
 
 def _wait(pid: int, timeout: float) -> dict:
@@ -36,11 +47,11 @@ def _wait(pid: int, timeout: float) -> dict:
         time.sleep(0.005)
 
 
-def _run_child(fd: int, log: str) -> int:
+def _run_child(fd: int, log: str, log_fd: int = -1) -> int:
     os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        out = log_fd if log_fd >= 0 else os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.close(out)
@@ -51,7 +62,7 @@ def _run_child(fd: int, log: str) -> int:
     return main(fd)
 
 
-def serve(ctl: socket.socket) -> None:
+def serve(ctl: socket.socket, plan: "JailPlan", p0: Optional[int] = None) -> None:
     while True:
         try:
             data, fds, _flags, _addr = socket.recv_fds(ctl, 1 << 16, 4)
@@ -62,12 +73,13 @@ def serve(ctl: socket.socket) -> None:
         req = json.loads(data)
         cmd = req.get("cmd")
         if cmd == "fork":
-            pid = os.fork()
-            if pid == 0:
+            log_fd = fds[1] if len(fds) > 1 else -1
+
+            def run(fds: list = fds, req: dict = req, log_fd: int = log_fd) -> int:
                 code = 70
                 try:
                     ctl.close()
-                    code = _run_child(fds[0], req["log"])
+                    code = _run_child(fds[0], req["log"], log_fd)
                 except BaseException:  # noqa: BLE001
                     import traceback
 
@@ -75,10 +87,24 @@ def serve(ctl: socket.socket) -> None:
                 finally:
                     sys.stdout.flush()
                     sys.stderr.flush()
-                    os._exit(code)
+                return code
+
+            try:
+                pid, pidfd, failure = fork_jailed(plan, p0, run)
+            except OSError as e:
+                for fd in fds:
+                    os.close(fd)
+                ctl.send(json.dumps({"pid": 0, "jail_error": f"fork: {e}", "step": "pid"}).encode())
+                continue
             for fd in fds:
                 os.close(fd)
-            ctl.send(json.dumps({"pid": pid}).encode())
+            if failure is not None:
+                ctl.send(json.dumps({"pid": pid, "jail_error": failure["error"], "step": failure["step"]}).encode())
+            elif pidfd is not None:
+                socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
+                os.close(pidfd)
+            else:
+                ctl.send(json.dumps({"pid": pid}).encode())
         elif cmd == "wait":
             ctl.send(json.dumps(_wait(int(req["pid"]), float(req.get("timeout", 0)))).encode())
         elif cmd == "exit":
@@ -89,19 +115,30 @@ def serve(ctl: socket.socket) -> None:
 
 def main() -> None:
     fd = int(sys.argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the controller, which tears us down
+    plan = JailPlan.from_json(json.loads(os.environ.pop(ENV_PLAN, "{}") or "{}"))
+    try:  # first: a user namespace needs a process with one thread; nothing imported yet starts one
+        p0 = enter_session(plan)
+    except JailError as e:
+        socket.socket(fileno=fd).send(json.dumps({"ready": False, "error": str(e), "step": e.step}).encode())
+        sys.exit(71)
     for p in json.loads(os.environ.pop("AUTOTUNE_SANDBOX_SYS_PATH", "[]")):
         if p not in sys.path:
             sys.path.append(p)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the controller, which tears us down
     # preload what every sandbox needs; nothing that starts threads or touches a GPU
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
     from . import child  # noqa: F401
 
+    if plan.seccomp:  # loaded once here, not in every sandbox
+        from .seccomp_filter import bindings
+
+        bindings()
+
     ctl = socket.socket(fileno=fd)
     ctl.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
-    serve(ctl)
+    serve(ctl, plan, p0)
 
 
 if __name__ == "__main__":

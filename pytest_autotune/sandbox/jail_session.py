@@ -1,0 +1,71 @@
+"""The session's side of the jail: build the sandbox pool with the protocol's isolation, refuse or warn once,
+and the ``isolation`` provenance key of every run and every result (docs/threat-model.md, "The jail")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import pytest
+
+from ..errors import AutotuneUsageError
+from ..provenance import ProvenanceKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..session import AutotuneSession
+    from .runner import SandboxPool
+
+#: sqlite's files beside a database
+_STORE_SIDECARS = ("", "-wal", "-shm", "-journal")
+
+
+def hidden_paths(db: Optional[Path]) -> tuple[str, ...]:
+    """What the sandbox must not see: the store. Its folder when it is the plugin's own ``.autotune``, else the
+    database file and sqlite's files beside it (a folder the user chose may hold anything)."""
+    if db is None:
+        return ()
+    db = db.resolve()
+    if db.parent.name == ".autotune":
+        return (str(db.parent),)
+    return tuple(str(db) + s for s in _STORE_SIDECARS if Path(str(db) + s).exists() or s == "")
+
+
+def make_pool(session: "AutotuneSession") -> "SandboxPool":
+    """The session's pool. Its jail is decided here, once: with ``[sandbox].isolation = "required"`` and less
+    than the full jail, nothing runs (a usage error naming what is missing); with ``"preferred"``, one warning."""
+    from .runner import SandboxPool
+
+    p = session.protocol
+    pool = SandboxPool(threads=p.timing.cpu_threads, timeout_s=p.sandbox.timeout_s, memory_mb=p.sandbox.memory_mb,
+                       start_timeout_s=p.sandbox.start_timeout_s, env_extra=session._sandbox_env(),
+                       isolation=p.sandbox.isolation, hide=hidden_paths(session.opts.db),
+                       max_processes=p.sandbox.max_processes, device=session.opts.device)
+    plan = pool.plan
+    if p.sandbox.isolation == "required" and plan.level != "full":
+        pool.close()
+        missing = "; ".join(f"{m.part}: {m.why} -> {m.fix}" for m in plan.missing) or "?"
+        raise AutotuneUsageError(
+            f"[sandbox].isolation = \"required\" ({p.path}) but the full jail cannot be set up here "
+            f"({plan.describe()}). Missing: {missing}. Fix that, or use isolation = \"preferred\" to run with "
+            "what this machine allows (recorded in every result's provenance)")
+    if plan.level in ("partial", "none"):
+        session.config.issue_config_time_warning(pytest.PytestWarning(plan.warning()), stacklevel=2)
+    return pool
+
+
+def isolation_keys(config: Any) -> list[ProvenanceKey]:
+    """``isolation`` on every result: the jail its sandbox ran in (the pool's plan, decided by the controller
+    or the xdist worker that measured it -- never reported by the sandbox)."""
+    from ..session import SESSION_KEY
+
+    def collect(_facts: Any) -> Optional[dict]:
+        session = config.stash.get(SESSION_KEY, None)
+        if session is None or session._pool is None:
+            return None
+        return session._pool.plan.provenance()
+
+    return [
+        ProvenanceKey("isolation", "run", dict, "the sandbox jail of this run: level, identity, namespaces, view, "
+                      "limits, seccomp, what is missing (docs/threat-model.md)", lambda c: c.get("isolation")),
+        ProvenanceKey("isolation", "item", dict, "the sandbox jail this result was measured in", collect),
+    ]

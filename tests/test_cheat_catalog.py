@@ -61,6 +61,7 @@ class Case:
     reason: str = ""  # regex the reason must match
     defence: str = ""  # what catches it (docs/threat-model.md)
     source: str | None = None  # file under tests/cheats, when not candidates/<problem>/<name>.py
+    needs_cgroup: bool = False  # the defence is the jail's cgroup: skipped (a documented limit) where there is none
 
     @property
     def path(self) -> Path:
@@ -119,6 +120,9 @@ CATALOG: list[Case] = [
     Case("softmax_rows", "cheat_burn_process", "main", R, ("integrity",), "",
          "the controller counts the processes in the sandbox's process group after every timed round "
          "(measure/procstat.py, ThreadGate); the helpers die with the group (sandbox/runner.py)"),
+    Case("softmax_rows", "cheat_burn_setsid", "main", R, ("integrity",), "",
+         "the controller counts the live processes of the sandbox's cgroup, setsid or not (Sandbox.other_processes, "
+         "ThreadGate); the helpers die with the sandbox's pid namespace", needs_cgroup=True),
     # ---------------------------------------------------------------- extra threads and cores
     Case("softmax_rows", "cheat_burn_thread", "main", R, ("integrity",), r"thread",
          "thread count after every call (sandbox/child.py, gates/correctness.py)"),
@@ -214,6 +218,7 @@ class SessionRun:
     stderr: str
     ret: int
     seconds: float
+    report: dict  # the whole JSON report ({} when the session wrote none)
 
 
 def _disable_conftest() -> str:
@@ -253,10 +258,10 @@ def _run_session(pytester: pytest.Pytester, name: str) -> SessionRun:
             "--autotune-json", str(report), "-p", "no:cacheprovider", "-q", timeout=600)
     seconds = time.monotonic() - t0
     items = {}
-    if report.exists():
-        for it in json.loads(report.read_text())["items"]:
-            items[(it["problem"], it["candidate"])] = it
-    return SessionRun(name, root, items, res.stdout.str(), res.stderr.str(), res.ret, seconds)
+    data = json.loads(report.read_text()) if report.exists() else {}
+    for it in data.get("items", []):
+        items[(it["problem"], it["candidate"])] = it
+    return SessionRun(name, root, items, res.stdout.str(), res.stderr.str(), res.ret, seconds, data)
 
 
 class _ModuleRequest:
@@ -307,8 +312,16 @@ def _describe(it: dict) -> str:
 
 
 @pytest.mark.parametrize("case", [c for c in CATALOG if c.session != "store"], ids=lambda c: c.id)
+def _has_cgroup(run: "SessionRun") -> bool:
+    iso = (run.report.get("run") or {}).get("isolation") or {}
+    return str(iso.get("limits", "")).startswith("cgroup")
+
+
 def test_catalog(sessions, case: Case) -> None:
     run = sessions(case.session)
+    if case.needs_cgroup and not _has_cgroup(run):
+        pytest.skip(f"{case.name}: its defence is the jail's cgroup, which this machine does not give "
+                    "(docs/threat-model.md, 'What the jail does not stop')")
     it = _item(run, case)
     if case.verdicts == NO_GAIN:
         if it["verdict"] == "accepted":
@@ -336,13 +349,19 @@ def test_limits_session_survives(sessions) -> None:
     assert re.search(r"\b1 passed\b", run.stdout), run.stdout[-3000:]
 
 
-def test_helper_process_dies_with_the_sandbox(sessions) -> None:
-    """cheat_burn_process forks CPU-burning helpers; they must not outlive their sandbox (process group kill, and
-    the jail's pid namespace). The helpers name themselves after the cheat's path (the jailed sandbox cannot
-    write a pid file), so this session's helpers are found by name."""
+@pytest.mark.parametrize("cheat,prefix", [("cheat_burn_process", "atb"), ("cheat_burn_setsid", "ats")])
+def test_helper_process_dies_with_the_sandbox(sessions, cheat: str, prefix: str) -> None:
+    """cheat_burn_process forks CPU-burning helpers, cheat_burn_setsid the same in sessions of their own; they must
+    not outlive their sandbox (process group kill; for setsid helpers, the jail's pid namespace). The helpers name
+    themselves after the cheat's path (the jailed sandbox cannot write a pid file), so they are found by name."""
     run = sessions("main")
-    path = run.root / "candidates" / "softmax_rows" / "cheat_burn_process.py"
-    name = "atb" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    path = run.root / "candidates" / "softmax_rows" / f"{cheat}.py"
+    name = prefix + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    iso = (run.report.get("run") or {}).get("isolation") or {}
+    if prefix == "ats" and "pid" not in (iso.get("namespaces") or ()):
+        for p in _named(name):
+            os.kill(p, signal.SIGKILL)
+        pytest.skip("setsid helpers outlive a sandbox without the jail's pid namespace (docs/threat-model.md)")
     assert f"{name} started" in _sandbox_logs(run), "the cheat never started its helpers (did it run?)"
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _named(name):

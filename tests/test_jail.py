@@ -280,7 +280,19 @@ def test_attack_fails_because_of_the_jail(jail_runs, who: str, cheat: str) -> No
     assert re.search(BLOCKED_BY[cheat], line), f"cheat_{cheat}: {line}\n{_explain(run)}"
     items = {it["candidate"]: it for it in run.report.get("items", [])}
     it = items.get(f"cheat_{cheat}")
-    assert it is not None and it["verdict"] == "accepted", f"{it}\n{_explain(run)}"
+    assert it is not None, _explain(run)
+    if cheat in _refused_here(run):
+        # alive during timing and counted from the sandbox's cgroup: the helper-process rule refuses the item
+        assert (it["verdict"], it["gate"]) == ("rejected", "integrity") and "process" in it["reason"], it
+    else:
+        assert it["verdict"] == "accepted", f"{it}\n{_explain(run)}"
+
+
+def _refused_here(run: "JailRun") -> set[str]:
+    """Attacks refused by a gate besides failing: the setsid helper lives during timing, and where the jail has a
+    cgroup the controller counts it (measure/schedule.py ``_helpers_of``)."""
+    iso = run.report.get("run", {}).get("isolation") or {}
+    return {"setsid_helper"} if str(iso.get("limits", "")).startswith("cgroup") else set()
 
 
 @pytest.mark.parametrize("who", SESSIONS)
@@ -288,12 +300,15 @@ def test_nothing_lost_and_the_store_verifies(jail_runs, who: str) -> None:
     """Every item has its row -- the honest ones before and after the store attack included -- and ``autotune
     verify`` passes; the run was closed (the controller lived to the end)."""
     run = jail_runs(who)
-    assert run.ret == 0, _explain(run)
+    refused = {f"cheat_{c}" for c in _refused_here(run)}
+    assert run.ret == (1 if refused else 0), _explain(run)
+    assert {it["candidate"] for it in run.report["items"] if it["verdict"] != "accepted"} == refused, _explain(run)
     names = {it["candidate"] for it in run.report["items"]}
     with sqlite3.connect(str(run.db)) as conn:
         rows = {r[0] for r in conn.execute("SELECT candidate FROM results")}
         finished = conn.execute("SELECT COUNT(*) FROM runs WHERE finished_at IS NOT NULL").fetchone()[0]
-    assert rows == names and {"a_honest_first", "z_honest_last"} <= rows, (rows, names)
+    # a refused item is not a result: its row is in the rejections table
+    assert rows == names - refused and {"a_honest_first", "z_honest_last"} <= rows, (rows, names)
     assert finished == 1
     v = subprocess.run([sys.executable, "-m", "pytest_autotune.cli", "verify", "--db", str(run.db)], check=False,
                        capture_output=True, text=True, timeout=120, cwd=str(REPO))

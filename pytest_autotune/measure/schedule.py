@@ -236,6 +236,13 @@ def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float,
     return k, calibration, {"decision": mode, "sandboxes": infos}
 
 
+def _helpers_of(box: Sandbox) -> int:
+    """Live processes of the candidate's sandbox besides its main one: from its cgroup where the jail made one
+    (every descendant, ``setsid`` or double-forked included), else from its process group."""
+    counted = box.other_processes()
+    return counted if counted is not None else group_helpers(box.pid)
+
+
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
                       *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
                       sample_cpus: Optional[list[int]] = None, candidate_probe: Optional[dict] = None) -> TimingEvidence:
@@ -279,7 +286,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
                           prepare_cpu_s={arm: prep[arm]["_cpu_s"] for arm in prep},
                           prepare_s=time.perf_counter() - t_prep - sum(
                               (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),
-                          helper_processes=group_helpers(candidate.pid))
+                          helper_processes=_helpers_of(candidate))
         ev.rounds.append(rec)
         ev.timed_s += sum(s.seconds for s in samples)
         prints_of = rec

@@ -60,7 +60,9 @@ class BuiltinParts:
 
     @pytest.hookimpl(trylast=True)
     def pytest_autotune_engines(self, config: Any) -> list:
-        return []
+        from .engines.adapters import builtin_adapters
+
+        return builtin_adapters()
 
     @pytest.hookimpl(trylast=True)
     def pytest_autotune_frozen_protocols(self, config: Any) -> dict[str, str]:

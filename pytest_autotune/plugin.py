@@ -16,6 +16,7 @@ import pytest
 
 from . import hookspec
 from .builtin import BuiltinParts
+from .engines import plugin as engines_plugin
 from .errors import AutotuneUsageError, ProblemLoadError
 from .problems.discovery import candidates_for, is_problem_file
 from .problems.loader import LoadedProblem
@@ -102,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[SESSION_KEY] = session
     _extend_collection_args(config, session)
+    config.pluginmanager.register(engines_plugin.PLUGIN, "autotune-engines")
 
 
 def _extend_collection_args(config: pytest.Config, session: AutotuneSession) -> None:

@@ -304,6 +304,16 @@ class AutotuneSession:
             self.worker_payload.outcomes.append(verdict.outcome.to_json())
         return verdict
 
+    def add_verdict(self, verdict: "FlowVerdict") -> None:
+        """Record a verdict reached outside the kernel flow (engine items: anything with ``outcome``, ``result``
+        and ``quarantine``): its rows go to the store through the validator (via the controller under xdist), its
+        outcome to the report."""
+        if self.opts.measuring:
+            self._record(verdict)
+        self.outcomes.append(verdict.outcome)
+        if self.is_worker:
+            self.worker_payload.outcomes.append(verdict.outcome.to_json())
+
     def _record(self, verdict: "FlowVerdict") -> None:
         o = verdict.outcome
         rows: list[tuple[str, dict]] = []

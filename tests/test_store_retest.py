@@ -72,8 +72,9 @@ def _heldout(run_id: str = "run-mlx", i: int = 0, **overrides) -> dict:
 
 
 def test_schema_version_and_migrations():
-    assert SCHEMA_VERSION == 3
-    assert [m.name for m in schema.migrations._migrations] == ["0001_initial", "0002_retest", "0003_provenance"]
+    assert SCHEMA_VERSION == 4
+    assert [m.name for m in schema.migrations._migrations] == ["0001_initial", "0002_retest", "0003_provenance",
+                                                               "0004_engine"]
     results = dict(schema.TABLES)["results"]
     v1 = dict(schema.TABLES_0001)["results"]
     assert "retest" not in v1 and "transfer_ratio" not in v1  # migration 0001 is what schema 1 was
@@ -275,7 +276,7 @@ def test_schema_1_store_migrates_in_place_keeps_its_rows_and_verifies(tmp_path, 
     store = ResultStore.open(db)
     assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert [r[0] for r in store._conn.execute("SELECT name FROM _sqlite_migrations ORDER BY rowid")] == [
-        "0001_initial", "0002_retest", "0003_provenance"]
+        "0001_initial", "0002_retest", "0003_provenance", "0004_engine"]
     store.close()
     after = _dump(db)
     assert after["results"] == [tuple(r) + (None, None) for r in before["results"]]

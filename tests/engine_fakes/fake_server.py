@@ -67,6 +67,7 @@ def answer_words(prompt: str, n: int) -> list[str]:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small SSE chunks: without it, Nagle + delayed ACK add ~40 ms per chunk
 
     def log_message(self, *a):  # quiet
         pass
@@ -189,6 +190,7 @@ def main() -> None:
         spawn_escapee(ARGS.escape)
     spawn_children(ARGS.children)
     time.sleep(ARGS.startup_delay)
+    ThreadingHTTPServer.request_queue_size = 256  # socketserver's default 5 drops SYNs of a burst: 1 s retries
     srv = ThreadingHTTPServer((ARGS.host, ARGS.port), Handler)
     srv.daemon_threads = True
     print(f"serving on {ARGS.host}:{ARGS.port}", flush=True)

@@ -207,6 +207,7 @@ def _runner(config: pytest.Config, session: AutotuneSession, item: EngineItem):
         log.info("%s: %s", label, text)
         if tr is not None and config.getoption("verbose", 0) >= 0:
             tr.write_line(f"  [{label}] {text}")
+            tr.flush()  # a launch takes seconds to minutes: show each step as it happens, also when piped
 
     store_dir = session.opts.db.parent if session.opts.db else Path(config.rootpath) / ".autotune"
     env = EngineEnv(

@@ -106,11 +106,16 @@ class LaunchRecord:
     exit: Optional[str] = None
     attempts: int = 1
     notes: list[str] = field(default_factory=list)
+    #: the host's 1-minute load average when the launch started and when it stopped (the machine is shared:
+    #: provenance says how busy it was)
+    load_at_start: Optional[float] = None
+    load_at_stop: Optional[float] = None
 
     def to_json(self) -> dict:
         return {"argv": self.argv, "port": self.port, "log": str(self.log), "ready_s": round(self.started_s, 3),
                 "stop_s": None if self.stopped_s is None else round(self.stopped_s, 3), "pid": self.server_pid,
-                "exit": self.exit, "attempts": self.attempts, "notes": self.notes}
+                "exit": self.exit, "attempts": self.attempts, "notes": self.notes,
+                "loadavg_1m": [self.load_at_start, self.load_at_stop]}
 
 
 class EngineServer:
@@ -162,7 +167,8 @@ class EngineServer:
         for attempt in range(1, self.port_attempts + 1):
             self.port = free_port()
             argv = [str(a) for a in self._argv_for_port(self.port)]
-            self.record = LaunchRecord(argv=argv, port=self.port, log=self.log, attempts=attempt)
+            self.record = LaunchRecord(argv=argv, port=self.port, log=self.log, attempts=attempt,
+                                       load_at_start=_load())
             with open(self.log, "ab") as f:
                 f.write(f"\n=== pytest-autotune: launch attempt {attempt}: {' '.join(argv)}\n".encode())
             try:
@@ -279,8 +285,16 @@ class EngineServer:
                 _LIVE.discard(self)
             if self.record is not None:
                 self.record.stopped_s = time.perf_counter() - t0
+                self.record.load_at_stop = _load()
             with open(self.log, "ab") as f:
                 f.write(f"=== pytest-autotune: stopped in {time.perf_counter() - t0:.2f} s\n".encode())
+
+
+def _load() -> Optional[float]:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def _supervisor_env() -> dict[str, str]:

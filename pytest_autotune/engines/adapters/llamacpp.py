@@ -94,18 +94,21 @@ class LlamaCppAdapter(EngineAdapter):
             raise EngineInstallError(f"{server} cannot run ({e}); reinstall: autotune engine install llamacpp "
                                      "--force") from e
         text = out.stdout + out.stderr
-        m = re.search(r"version:\s*(\d+)\s*\(([0-9a-f]+)\)", text)
+        # "version: 0.5.0-dev (build 1, commit 0c1e570)" (older releases: "version: 4567 (abcdef0)")
+        m = re.search(r"version:\s*(.+)", text)
         if out.returncode != 0 or not m:
             raise EngineInstallError(f"{server} --version failed: {text[-300:]}; reinstall with --force")
-        return f"b{m.group(1)}-{m.group(2)} (llama-cpp-python {SDIST_VERSION} sdist)"
+        return f"{m.group(1).strip()} (llama-cpp-python {SDIST_VERSION} sdist)"
 
     # ------------------------------------------------------------------------------------------ launch
     def command(self, inst: "Installation", model: "MadeModel", served_name: str, port: int,
                 flags: FlagSet) -> list[str]:
         if model.gguf is None:
             raise ValueError(f"{model.path} has no model.gguf: convert it first (autotune engine make-model --gguf)")
+        # --log-verbosity 4: the context (n_ctx, n_batch, n_ubatch, flash_attn, kv_unified) and the KV cache types
+        # are logged at that level only; they are the effective configuration that /props does not show
         return [str(inst.path("server")), "--model", str(model.gguf), "--alias", served_name, "--host", "127.0.0.1",
-                "--port", str(port), "--metrics", "--slots", "--no-webui", *self.render(flags)]
+                "--port", str(port), "--metrics", "--slots", "--no-webui", "--log-verbosity", "4", *self.render(flags)]
 
     def render_flag(self, name: str, value: FlagValue) -> list[str]:
         # llama.cpp spells a disabled switch --no-NAME too, but its on/off options with a value
@@ -146,17 +149,7 @@ class LlamaCppAdapter(EngineAdapter):
             for k, v in (first.get("params") or {}).items():
                 if k.startswith("speculative") and not isinstance(v, (dict, list)):
                     values[f"slots.params.{k}"] = v
-        # the startup log names what the server resolved (context per slot, batch sizes, cache types)
-        for pat, key in ((r"n_ctx_seq\s*=\s*(\d+)", "log.n_ctx_seq"), (r"n_batch\s*=\s*(\d+)", "log.n_batch"),
-                         (r"n_ubatch\s*=\s*(\d+)", "log.n_ubatch"), (r"flash_attn\s*=\s*(\w+)", "log.flash_attn"),
-                         (r"type_k\s*=\s*'?(\w+)", "log.type_k"), (r"kv_unified\s*=\s*(\w+)", "log.kv_unified"),
-                         (r"cache_reuse\s*=\s*(\d+)", "log.cache_reuse")):
-            m = re.search(pat, log_text)
-            if m:
-                values[key] = m.group(1)
-        m = re.search(r"system_info: (.*)", log_text)
-        if m:
-            values["log.system_info"] = m.group(1).strip()
+        values.update(parse_startup_log(log_text))
         version = str(props.get("build_info", ""))
         return EffectiveConfig(values, version, tuple(sources + ["log"]))
 
@@ -173,8 +166,10 @@ class LlamaCppAdapter(EngineAdapter):
             if peak is not None and peak > float(value):
                 return Finding(flag, False, f"{peak:g} requests processed at once, more than {value} slots")
             return Finding(flag, True, f"/props total_slots = {slots}; at most {peak} requests processing at once")
-        if flag in ("spec-type",):
+        if flag == "spec-type":
             drafts = evidence.delta("llamacpp:spec_decode_num_drafts")
+            if value == "none":
+                return Finding(flag, not drafts, f"{drafts or 0:g} drafts")
             if not drafts:
                 return Finding(flag, False, f"speculation '{value}' configured but {drafts or 0:g} drafts in "
                                             f"{evidence.requests_sent} requests (llamacpp:spec_decode_num_drafts)")
@@ -182,11 +177,63 @@ class LlamaCppAdapter(EngineAdapter):
             tok = evidence.delta("llamacpp:spec_decode_num_draft_tokens")
             rate = f", {acc / tok:.0%} of draft tokens accepted" if acc is not None and tok else ""
             return Finding(flag, True, f"{drafts:g} drafts{rate}")
-        if flag in ("cache-reuse",):
-            got = eff.get("log.cache_reuse")
+        if flag == "cache-prompt":
+            cached = evidence.delta("llamacpp:prompt_tokens_cached")
+            if value is False and cached:
+                return Finding(flag, False, f"prompt caching off, but {cached:g} prompt tokens served from cache")
+            if value is True and not cached:
+                return Finding(flag, False, "prompt caching on, but no prompt token was served from cache")
+            return Finding(flag, True, f"{cached or 0:g} prompt tokens served from cache "
+                                       "(llamacpp:prompt_tokens_cached)")
+        if flag == "cache-reuse":
             cached = evidence.delta("llamacpp:prompt_tokens_cached")
             if int(value) > 0 and not cached:
                 return Finding(flag, False, f"cache reuse {value} but no prompt tokens were served from cache")
-            return Finding(flag, True if cached else None, f"cache_reuse = {got}; {cached or 0:g} prompt tokens cached")
+            return Finding(flag, None, f"{cached or 0:g} prompt tokens served from cache")
+        key = _READBACK.get(flag)
+        if key is not None:
+            got = eff.get(key)
+            want = _SPELLING.get(str(value), value)
+            if got is None:
+                return Finding(flag, False, f"{key} is not in the startup log: the server did not report the flag")
+            if not values_equal(got, want):
+                return Finding(flag, False, f"{key} = {got!r}, not the requested {value!r}")
+            if values_equal(default.effective.get(key), want):
+                return Finding(flag, False, f"the default already runs with {key} = {got!r}: --{flag} {value} "
+                                            "changes nothing")
+            return Finding(flag, True, f"{key} = {got!r} (startup log)")
         return Finding(flag, None, "llama.cpp reports no parsed arguments: judged by its effective configuration "
                                    "(/props, /slots, startup log) differing from the default's")
+
+
+#: flag -> the effective-configuration key that shows its value (startup log at --log-verbosity 4, /props)
+_READBACK = {
+    "cache-type-k": "log.type_k", "ctk": "log.type_k", "cache-type-v": "log.type_v", "ctv": "log.type_v",
+    "batch-size": "log.ctx.n_batch", "b": "log.ctx.n_batch", "ubatch-size": "log.ctx.n_ubatch",
+    "ub": "log.ctx.n_ubatch", "ctx-size": "log.ctx.n_ctx", "c": "log.ctx.n_ctx", "flash-attn": "log.ctx.flash_attn",
+    "fa": "log.ctx.flash_attn", "kv-unified": "log.ctx.kv_unified", "threads": "log.n_threads",
+    "t": "log.n_threads", "threads-batch": "log.n_threads_batch", "tb": "log.n_threads_batch",
+}
+#: how the log spells values the flag spells otherwise
+_SPELLING = {"on": "enabled", "off": "disabled", "True": "true", "False": "false"}
+
+
+def parse_startup_log(log_text: str) -> dict[str, Any]:
+    """``log.*`` keys from llama-server's startup log (``--log-verbosity 4``): the llama_context values, the KV
+    cache types, threads, parallel slots and the CPU features it was built for."""
+    values: dict[str, Any] = {}
+    for m in re.finditer(r"llama_context:\s+(\w+)\s+=\s+(\S+)", log_text):
+        values[f"log.ctx.{m.group(1)}"] = m.group(2)
+    m = re.search(r"K \((\w+)\):.*V \((\w+)\):", log_text)
+    if m:
+        values["log.type_k"], values["log.type_v"] = m.group(1), m.group(2)
+    m = re.search(r"n_threads = (\d+) \(n_threads_batch = (\d+)\)", log_text)
+    if m:
+        values["log.n_threads"], values["log.n_threads_batch"] = m.group(1), m.group(2)
+    m = re.search(r"n_slots = (\d+)", log_text)
+    if m:
+        values["log.n_slots"] = m.group(1)
+    m = re.search(r"system_info: (.*)", log_text)
+    if m:
+        values["log.system_info"] = m.group(1).strip()
+    return values

@@ -23,7 +23,7 @@ import tokenizers  # noqa: F401
 
 import pytest_autotune.engines.run  # noqa: F401 - imported before pytester snapshots sys.modules (see e2e test)
 from pytest_autotune.engines.adapters.vllm import VllmAdapter
-from pytest_autotune.engines.install import find_installation
+from pytest_autotune.engines.install import CACHE_ENV, cache_root, find_installation
 from pytest_autotune.store import ResultStore
 
 sys.path.insert(0, str(Path(__file__).parent / "engine_fakes"))
@@ -51,8 +51,15 @@ flags = { max-num-seqs = 4 }
 """
 
 
+@pytest.fixture(scope="session")
+def real_engine_cache():
+    """The user's engine cache, read before pytester points HOME at its temporary folder."""
+    return cache_root()
+
+
 @pytest.fixture
-def vllm_installed():
+def vllm_installed(real_engine_cache, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(real_engine_cache))
     if find_installation(VllmAdapter()) is None:
         msg = "vLLM is not installed in the engine cache: autotune engine install vllm"
         if os.environ.get("PYTEST_AUTOTUNE_REQUIRE_ENGINES") == "1":
@@ -60,7 +67,7 @@ def vllm_installed():
         pytest.skip(msg)
 
 
-def test_vllm_default_vs_max_num_seqs_4_real_paired(pytester, tmp_path, fast_protocol, vllm_installed):
+def test_vllm_default_vs_max_num_seqs_4_real_paired(vllm_installed, pytester, tmp_path, fast_protocol):
     (pytester.path / "protocol.toml").write_text(fast_protocol(**{
         # one launch pair of 8 windows: the CI-sized measurement (docs/engines.md: pairs, windows, item time)
         "engines.launch_pairs": "1", "engines.windows_per_launch": "8", "engines.quality_prompts": "8",

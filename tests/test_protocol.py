@@ -12,6 +12,7 @@ from pytest_autotune.protocol_registry import FROZEN_PROTOCOLS, freeze_status
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT_PROTOCOL = REPO / "protocol.toml"
+CURRENT_VERSION_LINE = f'version = "{load_protocol(ROOT_PROTOCOL).version}"'.encode()
 
 
 def test_shipped_protocol_is_frozen_under_its_version():
@@ -37,17 +38,17 @@ def test_one_changed_byte_unfreezes_and_names_the_fix():
 
 
 def test_unknown_version_is_not_frozen():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "999-local"')
+    raw = ROOT_PROTOCOL.read_bytes().replace(CURRENT_VERSION_LINE, b'version = "999-local"')
     status = freeze_status(parse_protocol(raw))
     assert not status.frozen and "is not frozen" in status.message and "--autotune-exploratory" in status.message
 
 
 def test_extra_pins_from_a_hook_freeze_a_project_protocol():
-    raw = ROOT_PROTOCOL.read_bytes().replace(b'version = "1"', b'version = "acme-1"')
+    raw = ROOT_PROTOCOL.read_bytes().replace(CURRENT_VERSION_LINE, b'version = "acme-1"')
     proto = parse_protocol(raw)
     assert freeze_status(proto, {"acme-1": proto.sha256}).frozen
     with pytest.raises(ProtocolError, match="pinned twice"):
-        freeze_status(proto, {"1": "0" * 64})
+        freeze_status(proto, {load_protocol(ROOT_PROTOCOL).version: "0" * 64})
 
 
 def test_loaded_values_are_typed_and_frozen():

@@ -45,6 +45,9 @@ from .model import ModelSpec
 from .workload import Workload, WorkloadError
 
 DEFAULT_CONFIG = "default"
+#: the A/A configuration (``--autotune-aa``): the default measured against itself, to see the harness's own bias
+#: and how often its CI covers 1.0 (docs/engines.md)
+AA_CONFIG = "default-aa"
 EXPECT_GATES = ("quality", "delivery", "timing")
 _TOP_KEYS = {"engine", "description", "model", "server", "workloads", "configs", "space"}
 _CONFIG_KEYS = {"flags", "raw", "workloads", "description", "expect"}
@@ -81,6 +84,9 @@ class EngineDeclaration:
 
     def flags_of(self, config: EngineConfig) -> FlagSet:
         return self.server_flags.merged(config.flags)
+
+    def aa_config(self, workload: str) -> EngineConfig:
+        return EngineConfig(AA_CONFIG, FlagSet(), (workload,), "A/A: the engine's default against itself")
 
     def arm_digest(self, flags: FlagSet) -> str:
         """Digest of what a launch runs: engine, effective flags, environment, model spec."""

@@ -57,4 +57,9 @@ def judge_delivery(adapter: EngineAdapter, default: FlagSet, config: FlagSet, de
                                                     "is identical to the default's and no metric shows the flags "
                                                     f"({', '.join('--' + k for k in sorted(changed)) or 'raw args'}) "
                                                     "at work")
-    return DeliveryVerdict(True, findings, "; ".join(f"--{f.flag}: {f.evidence}" for f in findings))
+    shown = [f for f in findings if f.delivered]
+    quiet = [f for f in findings if f.delivered is None]
+    text = "; ".join(f"--{f.flag}: {f.evidence}" for f in shown or findings)
+    if shown and quiet:
+        text += f" (and {', '.join('--' + f.flag for f in quiet)}: read back, no evidence of their own)"
+    return DeliveryVerdict(True, findings, text)

@@ -27,7 +27,7 @@ import pytest
 from ..session import SESSION_KEY, AutotuneSession
 
 if TYPE_CHECKING:  # pragma: no cover - loaded with the first engine file (httpx, tokenizers), not with pytest
-    from .declaration import EngineDeclaration
+    from .declaration import EngineConfig, EngineDeclaration
 
 ENGINES_ROOT = Path("benchmarks") / "engines"
 _VERDICT_KEY = pytest.StashKey["Any"]()
@@ -105,24 +105,27 @@ class EngineDeclarationFile(pytest.File):
         except (DeclarationError, OSError) as e:
             yield BrokenDeclarationItem.from_parent(self, name="declaration", reason=str(e))
             return
+        if session.opts.aa:  # --autotune-aa: the default against itself, per workload
+            for wname in decl.workloads:
+                cfg = decl.aa_config(wname)
+                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl, config=cfg,
+                                             workload_name=wname, device=session.opts.device)
         for cfg in decl.configs.values():
             for wname in cfg.workloads:
-                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl,
-                                             config_name=cfg.name, workload_name=wname,
-                                             device=session.opts.device)
+                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl, config=cfg,
+                                             workload_name=wname, device=session.opts.device)
 
 
 class EngineItem(pytest.Item):
-    def __init__(self, *, declaration: "EngineDeclaration", config_name: str, workload_name: str, device: str,
+    def __init__(self, *, declaration: "EngineDeclaration", config: "EngineConfig", workload_name: str, device: str,
                  **kw: Any) -> None:
         super().__init__(**kw)
         from .run import EngineItemSpec
 
-        self.spec = EngineItemSpec(nodeid=self.nodeid, declaration=declaration,
-                                   config=declaration.configs[config_name],
+        self.spec = EngineItemSpec(nodeid=self.nodeid, declaration=declaration, config=config,
                                    workload=declaration.workloads[workload_name], device=device)
         self.add_marker(pytest.mark.autotune_engine)
-        self.extra_keyword_matches.update({declaration.engine, config_name, workload_name})
+        self.extra_keyword_matches.update({declaration.engine, config.name, workload_name})
 
     def setup(self) -> None:
         from ..measure.lock import DeviceLock

@@ -31,7 +31,7 @@ from ..protocol import Protocol
 from ..result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
 from ..seeds import SeedSource
 from .adapters.base import EngineAdapter, FlagSet, LaunchEvidence
-from .declaration import DEFAULT_CONFIG, EngineConfig, EngineDeclaration
+from .declaration import AA_CONFIG, DEFAULT_CONFIG, EngineConfig, EngineDeclaration
 from .delivery import DeliveryVerdict, changed_flags, judge_delivery
 from .install import Installation, find_installation
 from .loadgen import MetricsSampler, Request, WindowStats, run_window, run_window_sampled
@@ -62,6 +62,11 @@ class EngineItemSpec:
     def problem(self) -> str:
         """The row's problem: engine and workload (the "problem" an engine configuration is measured on)."""
         return f"{self.engine}:{self.workload.name}"
+
+    @property
+    def aa(self) -> bool:
+        """The default against itself (``--autotune-aa``): no treatment, so no delivery to judge."""
+        return self.config.name == AA_CONFIG and not self.config.flags
 
     @property
     def item_key(self) -> str:
@@ -236,9 +241,11 @@ class EngineRunner:
         details["pairs"] = pairs
         warnings: list[str] = []
         if not measurement.ci_target_met:
-            warnings.append(f"CI target not reached: the 95% CI is {(measurement.ci_high - measurement.ci_low) / measurement.speedup:.1%} "
-                            f"of the ratio wide after {measurement.n_pairs} pairs (target "
-                            f"{p.statistics.ci_target_rel_width:.0%}); launch-to-launch variation dominates here")
+            warnings.append(f"CI target not reached: the 95% CI is "
+                            f"{(measurement.ci_high - measurement.ci_low) / measurement.speedup:.1%} of the ratio wide "
+                            f"after {measurement.n_pairs} window pairs in {p.engines.launch_pairs} launch pair(s) "
+                            f"(target {p.statistics.ci_target_rel_width:.0%}); engine items measure a fixed number "
+                            "of windows ([engines] of the protocol)")
         details["item_seconds"] = round(time.perf_counter() - t_item, 1)
         prov = self._provenance(ctx, facts, measurement)
         breaker = "ok"
@@ -349,7 +356,9 @@ class EngineRunner:
                                          requests_sent=sum(len(w) for w in ctx.windows), workload=spec.workload)
         lo.record = server.record.to_json() if server.record else {}
         env.progress(f"  stopped in {(server.record.stopped_s or 0):.1f} s")
-        if arm == CONFIG_ARM:
+        if arm == CONFIG_ARM and spec.aa:
+            pass  # A/A: the same flags on purpose; there is no treatment whose delivery could be judged
+        elif arm == CONFIG_ARM:
             ref_ev = ctx.reference_evidence()
             if ref_ev is not None:
                 lo.delivery = judge_delivery(adapter, ctx.default_flags, ctx.config_flags, ref_ev, lo.evidence)

@@ -109,8 +109,9 @@ def _engine_session(pytester, tmp_path, monkeypatch, fast_protocol, cache):
     (d / "fake-breaker.toml").write_text(BREAKER.format(model=model_table()))
     db = tmp_path / "r.db"
     rep = tmp_path / "r.json"
-    result = pytester.runpytest("--autotune", "--autotune-exploratory", "benchmarks/engines", "-p", "no:cacheprovider",
-                                f"--autotune-db={db}", f"--autotune-json={rep}", "-rA")
+    result = pytester.runpytest("--autotune", "--autotune-exploratory", "--autotune-aa", "benchmarks/engines",
+                                "-p", "no:cacheprovider", "-k", "not default-aa or short", f"--autotune-db={db}",
+                                f"--autotune-json={rep}", "-rA")
     return result, json.loads(rep.read_text()), db
 
 
@@ -125,7 +126,10 @@ def test_engine_items_end_to_end(pytester, tmp_path, monkeypatch, fast_protocol,
     items = _items(report)
     out = result.stdout.str()
     assert set(items) == {"slots-2[short]", "lossy[short]", "never-drafts[short]", "same-as-default[short]",
-                          "flaky[short]", "crashes[short]", "suspiciously-fast[tiny]"}, out
+                          "flaky[short]", "crashes[short]", "suspiciously-fast[tiny]", "default-aa[short]"}, out
+    # --autotune-aa: the default against itself is measured like a configuration (no treatment to deliver)
+    aa = items["default-aa[short]"]
+    assert aa["verdict"] == "accepted" and 0.5 < aa["speedup"] < 2.0, aa
     # a real difference: accepted, clearly slower, CI excludes 1
     s2 = items["slots-2[short]"]
     assert s2["verdict"] == "accepted" and s2["kind"] == "engine", out
@@ -149,7 +153,7 @@ def test_engine_items_end_to_end(pytester, tmp_path, monkeypatch, fast_protocol,
     fast = items["suspiciously-fast[tiny]"]
     assert fast["verdict"] == "quarantined" and fast["gate"] == "breaker" and fast["speedup"] > 1.5
     # pytest outcomes: expected refusals are xfail, the others fail with the gate in the message
-    result.assert_outcomes(passed=1, failed=4, xfailed=2)
+    result.assert_outcomes(passed=2, failed=4, xfailed=2)
     assert "QUARANTINED:" in out
     assert "REJECTED by delivery: treatment not delivered" in out
     assert "XFAIL benchmarks/engines/fake.toml::lossy[short]" in out
@@ -158,8 +162,8 @@ def test_engine_items_end_to_end(pytester, tmp_path, monkeypatch, fast_protocol,
     with ResultStore.open(db, readonly=True) as store:
         assert store.verify().ok
         rows = store.results()
-        assert [r["candidate"] for r in rows] == ["slots-2"]
-        r = rows[0]
+        assert sorted(r["candidate"] for r in rows) == ["default-aa", "slots-2"]
+        r = next(r for r in rows if r["candidate"] == "slots-2")
         assert r["kind"] == "engine" and r["problem"] == "fake:short" and r["baseline"] == "default"
         prov = json.loads(r["provenance"])
         seeds = json.loads(r["seeds"])

@@ -70,6 +70,15 @@ def test_health_timeout_stops_the_server(tmp_path):
     assert wait_until(lambda: not processes_matching(str(tmp_path)), 5)
 
 
+def test_a_server_listening_beyond_loopback_is_stopped(tmp_path):
+    """A flag or variable that makes the server bind 0.0.0.0 (here: the fake's own --host, given after ours) is
+    caught from /proc/net/tcp once it is up, and the server is stopped."""
+    pid = tmp_path / "srv.pid"
+    with pytest.raises(EngineLaunchError, match=r"listens on 0\.0\.0\.0:\d+, not only on 127\.0\.0\.1"):
+        fake(tmp_path, "--host", "0.0.0.0", "--pidfile", str(pid)).start()
+    assert wait_until(lambda: not processes_matching(str(tmp_path)), 5)
+
+
 def test_supervisor_killed_takes_the_server_down(tmp_path):
     """Belt and braces: even a SIGKILL of the supervisor itself kills the server's main process (PDEATHSIG)."""
     pid = tmp_path / "srv.pid"

@@ -223,6 +223,8 @@ def test_shipped_declarations_load():
     ('engine = "vllm"\n[workloads.short]\n[configs.default]\nflags = {x = 1}\n', "'default' is the engine's default"),
     ('engine = "vllm"\n[workloads.short]\n[configs.a]\nflags = {"--x" = 1}\n', "without dashes"),
     ('engine = "vllm"\n[workloads.short]\n[configs.a]\nflags = {port = 1}\n', "set by pytest-autotune"),
+    ('engine = "vllm"\n[workloads.short]\n[configs.a]\nflags = {x = 1}\nraw = ["--host", "0.0.0.0"]\n',
+     "would override what pytest-autotune sets"),
     ('engine = "vllm"\n[workloads.short]\n[configs.a]\nflags = {x = 1}\nworkloads = ["t"]\n', "workload 't'"),
     ('engine = "vllm"\n[workloads.short]\n[configs.a]\nflags = {}\n', "sets no flag"),
     ('engine = "vllm"\n[workloads.short]\n[configs.a]\nflags = {x = 1}\nexpect = "fail"\n', "expect must be"),

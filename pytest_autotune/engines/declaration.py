@@ -96,6 +96,10 @@ class EngineDeclaration:
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
+#: flags pytest-autotune sets itself (bind address, port, model): a declaration may not set or override them
+RESERVED_FLAGS = ("host", "port", "model", "model-path", "served-model-name", "alias", "m")
+
+
 def _flagset(table: Mapping[str, Any], where: str) -> FlagSet:
     flags = table.get("flags", {})
     raw = table.get("raw", [])
@@ -106,9 +110,14 @@ def _flagset(table: Mapping[str, Any], where: str) -> FlagSet:
     for k in flags:
         if k.startswith("-"):
             raise DeclarationError(f"{where}.flags: write flag names without dashes ({k!r} -> {k.lstrip('-')!r})")
-        if k in ("host", "port", "model", "model-path", "served-model-name", "alias"):
+        if k in RESERVED_FLAGS:
             raise DeclarationError(f"{where}.flags: {k!r} is set by pytest-autotune (127.0.0.1, a free port, the "
                                    "declared model); remove it")
+    for a in raw:
+        name = a.lstrip("-").split("=", 1)[0]
+        if a.startswith("-") and name in RESERVED_FLAGS:
+            raise DeclarationError(f"{where}.raw: {a!r} would override what pytest-autotune sets (127.0.0.1, a free "
+                                   "port, the declared model); remove it")
     return FlagSet.of(flags, raw)
 
 

@@ -108,24 +108,24 @@ class EngineDeclarationFile(pytest.File):
         if session.opts.aa:  # --autotune-aa: the default against itself, per workload
             for wname in decl.workloads:
                 cfg = decl.aa_config(wname)
-                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl, config=cfg,
-                                             workload_name=wname, device=session.opts.device)
+                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl,
+                                             engine_config=cfg, workload_name=wname, device=session.opts.device)
         for cfg in decl.configs.values():
             for wname in cfg.workloads:
-                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl, config=cfg,
-                                             workload_name=wname, device=session.opts.device)
+                yield EngineItem.from_parent(self, name=f"{cfg.name}[{wname}]", declaration=decl,
+                                             engine_config=cfg, workload_name=wname, device=session.opts.device)
 
 
 class EngineItem(pytest.Item):
-    def __init__(self, *, declaration: "EngineDeclaration", config: "EngineConfig", workload_name: str, device: str,
-                 **kw: Any) -> None:
+    def __init__(self, *, declaration: "EngineDeclaration", engine_config: "EngineConfig", workload_name: str,
+                 device: str, **kw: Any) -> None:
         super().__init__(**kw)
         from .run import EngineItemSpec
 
-        self.spec = EngineItemSpec(nodeid=self.nodeid, declaration=declaration, config=config,
+        self.spec = EngineItemSpec(nodeid=self.nodeid, declaration=declaration, config=engine_config,
                                    workload=declaration.workloads[workload_name], device=device)
         self.add_marker(pytest.mark.autotune_engine)
-        self.extra_keyword_matches.update({declaration.engine, config.name, workload_name})
+        self.extra_keyword_matches.update({declaration.engine, engine_config.name, workload_name})
 
     def setup(self) -> None:
         from ..measure.lock import DeviceLock

@@ -61,6 +61,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening_addresses(port: int) -> list[str]:
+    """Addresses that sockets in LISTEN state are bound to on ``port`` (from /proc/net/tcp and tcp6)."""
+    out: list[str] = []
+    for table, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 4 or parts[3] != "0A":  # 0A = LISTEN
+                continue
+            addr, _, hexport = parts[1].rpartition(":")
+            if int(hexport, 16) != port:
+                continue
+            raw = bytes.fromhex(addr)
+            if v6:
+                # four little-endian 32-bit words
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+                import ipaddress
+
+                out.append(str(ipaddress.IPv6Address(raw)))
+            else:
+                out.append(".".join(str(b) for b in raw[::-1]))
+    return out
+
+
+def _is_loopback(addr: str) -> bool:
+    import ipaddress
+
+    ip = ipaddress.ip_address(addr)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
 def log_tail(path: Path, lines: int = 40, max_bytes: int = 64_000) -> str:
     try:
         with open(path, "rb") as f:
@@ -174,6 +209,7 @@ class EngineServer:
             try:
                 self._spawn(argv)
                 self._wait_healthy(t0)
+                self._check_loopback_only()
                 self.record.started_s = time.perf_counter() - t0
                 return self
             except EngineLaunchError as e:
@@ -251,6 +287,15 @@ class EngineServer:
                         f"no healthy answer from {url} within {self.launch_timeout_s:g} s "
                         "([engines].launch_timeout_s); the server is stopped", self.log, log_tail(self.log))
                 time.sleep(0.25)
+
+    def _check_loopback_only(self) -> None:
+        """Servers bind 127.0.0.1 only (DESIGN §10): a server reachable from the network is stopped, whatever
+        flag or environment variable made it listen elsewhere."""
+        exposed = [a for a in listening_addresses(self.port) if not _is_loopback(a)]
+        if exposed:
+            raise EngineLaunchError(f"the server listens on {', '.join(exposed)}:{self.port}, not only on 127.0.0.1; "
+                                    "engine servers must not be reachable from the network (remove the flag or "
+                                    "variable that changes the bind address)", self.log, "")
 
     def stop(self) -> None:
         """Stop the whole tree (idempotent). Waits for the supervisor, which waits for every process."""

@@ -150,6 +150,7 @@ class EnginesSection:
     warmup_windows: int = _f(ge=0)
     quality_prompts: int = _f(ge=1)
     quality_max_tokens: int = _f(ge=1)
+    quality_concurrency: int = _f(ge=1)
     quality_min_agreement: float = _f(ge=0.0, le=1.0)
     max_error_rate: float = _f(ge=0.0, le=1.0)
     launch_timeout_s: float = _f(gt=0.0)

@@ -15,7 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
-    "2-engines": "b89f060024cb87b2692cf2fc66f1f3b8cc100ed63c5157700cd9d874d71f3f6f",
+    "2-engines": "dfa110f6438f332dccbdf9c99ea40fcbf611da9ae3d1bb0fb87df43c7cb3c35c",
 }
 
 

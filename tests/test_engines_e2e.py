@@ -154,6 +154,11 @@ def test_engine_items_end_to_end(pytester, tmp_path, monkeypatch, fast_protocol,
     assert fast["verdict"] == "quarantined" and fast["gate"] == "breaker" and fast["speedup"] > 1.5
     # pytest outcomes: expected refusals are xfail, the others fail with the gate in the message
     result.assert_outcomes(passed=2, failed=4, xfailed=2)
+    import jsonschema
+
+    from pytest_autotune.report.json_report import load_schema
+
+    jsonschema.validate(report, load_schema())  # engine items fit the report's schema
     assert "QUARANTINED:" in out
     assert "REJECTED by delivery: treatment not delivered" in out
     assert "XFAIL benchmarks/engines/fake.toml::lossy[short]" in out

@@ -160,9 +160,12 @@ def test_no_server_survives_when_pytest_dies(tmp_path, fast_protocol):
         proj, cache, esc = _killable_session(base, protocol)
         env = {**os.environ, "PYTEST_AUTOTUNE_ENGINE_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1",
                "PYTEST_AUTOTUNE_LOCK_DIR": str(base / "locks")}
+        # SIGINT back to its default in the child: a suite started in the background inherits it ignored, and
+        # Python then never turns it into KeyboardInterrupt (nor would pytest under a real Ctrl-C be backgrounded)
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "--autotune", "--autotune-exploratory", "-p",
                                  "no:cacheprovider", "benchmarks/engines", f"--autotune-db={base / 'r.db'}"],
-                                cwd=proj, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                cwd=proj, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         runs[sig] = (base, esc, proc)
     try:
         pids = {}

@@ -195,7 +195,11 @@ class EngineRunner:
         t_item = time.perf_counter()
         adapter = self.adapter_for(spec)
         inst = self.installation(adapter)
-        model = self.model(spec, adapter, inst)
+        try:
+            model = self.model(spec, adapter, inst)
+        except Exception as e:  # noqa: BLE001 - making or converting the model failed: the item cannot run
+            return EngineVerdict(self._outcome(spec, "error", "model", f"the model could not be prepared: "
+                                                                       f"{type(e).__name__}: {e}"))
         decl, cfg, wl = spec.declaration, spec.config, spec.workload
         default_flags, config_flags = decl.default_flags(), decl.flags_of(cfg)
         seeds = SeedSource(env.nonce, spec.item_key)
@@ -304,7 +308,7 @@ class EngineRunner:
             lo = LaunchOutcome(arm, index, pair, flags, effective, [])
             # ---- quality gate: before anything of a configuration launch is timed
             qstats, qres = run_window(server.base_url, SERVED_NAME, ctx.quality_reqs,
-                                      concurrency=spec.workload.concurrency, timeout_s=p.request_timeout_s)
+                                      concurrency=p.quality_concurrency, timeout_s=p.request_timeout_s)
             if qstats.errors:
                 self._errors(arm, "quality prompts", qstats, ctx)
             lo.quality_ids = [ctx.builder_ids(r.text) for r in qres]

@@ -12,6 +12,7 @@ timed on the machine while a server runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -206,11 +207,17 @@ def _runner(config: pytest.Config, session: AutotuneSession, item: EngineItem):
     tr = config.pluginmanager.get_plugin("terminalreporter")
     label = f"{item.spec.engine} {item.spec.config.name}[{item.spec.workload.name}]"
 
+    capman = config.pluginmanager.getplugin("capturemanager")
+
     def progress(text: str) -> None:
         log.info("%s: %s", label, text)
-        if tr is not None and config.getoption("verbose", 0) >= 0:
+        if tr is None or config.getoption("verbose", 0) < 0:
+            return
+        # output capture is on during setup (it would hold these lines until the item ends): step around it, as
+        # live logging does, so each launch and window shows as it happens
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
             tr.write_line(f"  [{label}] {text}")
-            tr.flush()  # a launch takes seconds to minutes: show each step as it happens, also when piped
+            tr.flush()
 
     store_dir = session.opts.db.parent if session.opts.db else Path(config.rootpath) / ".autotune"
     env = EngineEnv(

@@ -7,11 +7,13 @@ One pytester session measures every case (a launch of the fake server takes well
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 import textwrap
 from pathlib import Path
 
+# pytester drops the modules first imported inside a test when it ends: torch cannot be imported twice in a
+# process, and a re-imported httpx no longer matches httpcore's exception classes. Import them all up front
+# (httpx imports its transport, httpcore and anyio, lazily on first use: make one client).
 import httpcore  # noqa: F401
 import httpx
 import prometheus_client.parser  # noqa: F401
@@ -19,10 +21,10 @@ import pytest
 import safetensors.torch  # noqa: F401
 import tokenizers  # noqa: F401
 
-import pytest_autotune.engines.run  # noqa: F401 - with httpx: pytester drops the modules first imported inside a
-from pytest_autotune.store import ResultStore  # test (torch cannot be imported twice, httpx's exception classes
-#                                                would no longer match httpcore's), so import them all up front
-httpx.Client(trust_env=False).close()  # httpx imports its transport (httpcore, anyio) lazily, on first use
+import pytest_autotune.engines.run  # noqa: F401
+from pytest_autotune.store import ResultStore
+
+httpx.Client(trust_env=False).close()
 
 sys.path.insert(0, str(Path(__file__).parent / "engine_fakes"))
 from support import CONFTEST, model_table, prepare_cache, processes_matching  # noqa: E402

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_autotune.engines.loadgen import Request, percentile, run_window, run_window_sampled, MetricsSampler
+from pytest_autotune.engines.loadgen import (
+    MetricsSampler,
+    Request,
+    percentile,
+    run_window,
+    run_window_sampled,
+)
 from pytest_autotune.engines.server import EngineLaunchError, EngineServer, live_servers
 
 sys.path.insert(0, str(Path(__file__).parent / "engine_fakes"))
@@ -183,7 +189,8 @@ def test_no_server_survives_when_pytest_dies(tmp_path, fast_protocol):
             if proc.poll() is None:
                 proc.kill()
     for sig, (base, esc, proc) in runs.items():
-        gone = wait_until(lambda: not any(alive(p) for p in pids[sig]) and not processes_matching(str(base)), 30)
+        gone = wait_until(lambda sig=sig, base=base: not any(alive(p) for p in pids[sig])
+                          and not processes_matching(str(base)), 30)
         out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
         assert gone, f"{sig.name}: survivors {processes_matching(str(base))}\n{out[-3000:]}"
         if sig == signal.SIGINT:

@@ -8,10 +8,6 @@ import json
 import sqlite3
 
 import pytest
-
-from pytest_autotune.errors import ValidatorRefusal
-from pytest_autotune.store import ResultStore, schema
-
 from test_store_schema import (
     make_engine_result,
     make_result,
@@ -22,6 +18,8 @@ from test_store_schema import (
     raw_row,
 )
 
+from pytest_autotune.errors import ValidatorRefusal
+from pytest_autotune.store import ResultStore, schema
 
 engine_result = make_engine_result
 

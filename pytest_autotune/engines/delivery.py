@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .adapters.base import EngineAdapter, FlagSet, Finding, LaunchEvidence, values_equal
+from .adapters.base import EngineAdapter, Finding, FlagSet, LaunchEvidence, values_equal
 
 
 @dataclass(frozen=True)

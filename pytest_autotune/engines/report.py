@@ -52,7 +52,7 @@ def write_engine_summary(tr: Any, session: "AutotuneSession") -> None:
     outs = sorted((o for o in session.outcomes if o.kind == "engine"), key=lambda o: (o.problem, o.candidate))
     if not outs:
         return
-    tr.write_sep("-", f"engine items: configuration / default requests/s, paired per window [95% CI]")
+    tr.write_sep("-", "engine items: configuration / default requests/s, paired per window [95% CI]")
     for o in outs:
         for i, line in enumerate(engine_lines(o)):
             tr.write_line(line, bold=(i == 0))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -549,7 +550,7 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, float):
-        return x if x == x and x not in (float("inf"), float("-inf")) else None
+        return x if math.isfinite(x) else None
     if isinstance(x, (str, int, bool)) or x is None:
         return x
     if isinstance(x, Path):

@@ -12,9 +12,9 @@ import httpx
 from pytest_autotune.engines.adapters.base import (
     EffectiveConfig,
     EngineAdapter,
+    Finding,
     FlagSet,
     FlagValue,
-    Finding,
     LaunchEvidence,
     values_equal,
 )

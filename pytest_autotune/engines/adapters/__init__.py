@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import EffectiveConfig, EngineAdapter, FlagSet, Finding, LaunchEvidence
+from .base import EffectiveConfig, EngineAdapter, Finding, FlagSet, LaunchEvidence
 
 
 def builtin_adapters() -> list[EngineAdapter]:

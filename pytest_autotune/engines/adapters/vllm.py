@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
-from .base import EffectiveConfig, EngineAdapter, FlagSet, FlagValue, Finding, LaunchEvidence, values_equal
+from .base import EffectiveConfig, EngineAdapter, Finding, FlagSet, FlagValue, LaunchEvidence, values_equal
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..install import Installation, Runner

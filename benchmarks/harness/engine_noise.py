@@ -31,6 +31,10 @@ def _log_spread(values: list[float]) -> float:
     return statistics.pstdev(logs) if len(logs) > 1 else 0.0
 
 
+#: (L, W) -> [(ratio, ci_low, ci_high)] over every A/A item read, for the coverage summary
+AA: dict = {}
+
+
 def analyse(item: dict, subsamples: list[tuple[int, int]], resamples: int) -> list[str]:
     d = item.get("details") or {}
     launches = d.get("launches") or []
@@ -58,6 +62,8 @@ def analyse(item: dict, subsamples: list[tuple[int, int]], resamples: int) -> li
         base = [1.0 / p["default_rps"] for p in chosen]
         cand = [1.0 / p["config_rps"] for p in chosen]
         est = paired_estimate(base, cand, level=0.95, resamples=resamples, seed=1)
+        if item["candidate"].endswith("-aa"):
+            AA.setdefault((L, W), []).append((est.speedup, est.ci_low, est.ci_high))
         out.append(f"    as {L} launch pair(s) x {W} windows: {est.speedup:.3f} [{est.ci_low:.3f}, {est.ci_high:.3f}] "
                    f"width {est.rel_width:.1%}, covers 1.0: {est.ci_low <= 1.0 <= est.ci_high}")
     return out
@@ -78,6 +84,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for line in analyse(item, subs, args.resamples):  # type: ignore[arg-type]
                 print(line)
+    if AA:
+        print("== A/A summary: launch pairs x windows | items | median ratio | max |log ratio| | CI covers 1.0 | "
+              "median CI width")
+        for (L, W), xs in sorted(AA.items()):
+            cover = sum(1 for _, lo, hi in xs if lo <= 1.0 <= hi)
+            print(f"   {L} x {W} | {len(xs)} | {statistics.median(r for r, _, _ in xs):.3f} | "
+                  f"{max(abs(math.log(r)) for r, _, _ in xs):.3f} | {cover}/{len(xs)} | "
+                  f"{statistics.median((hi - lo) / r for r, lo, hi in xs):.1%}")
     return 0
 
 

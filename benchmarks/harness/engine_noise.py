@@ -85,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             for line in analyse(item, subs, args.resamples):  # type: ignore[arg-type]
                 print(line)
     if AA:
-        print("== A/A summary: launch pairs x windows | items | median ratio | max |log ratio| | CI covers 1.0 | "
+        print("== A/A summary: launch pairs x windows | items | median ratio | range | CI covers 1.0 | "
               "median CI width")
         for (L, W), xs in sorted(AA.items()):
             cover = sum(1 for _, lo, hi in xs if lo <= 1.0 <= hi)
             print(f"   {L} x {W} | {len(xs)} | {statistics.median(r for r, _, _ in xs):.3f} | "
-                  f"{max(abs(math.log(r)) for r, _, _ in xs):.3f} | {cover}/{len(xs)} | "
+                  f"{min(r for r, _, _ in xs):.3f}-{max(r for r, _, _ in xs):.3f} | {cover}/{len(xs)} | "
                   f"{statistics.median((hi - lo) / r for r, lo, hi in xs):.1%}")
     return 0
 

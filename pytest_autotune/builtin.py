@@ -57,7 +57,9 @@ class BuiltinParts:
 
     @pytest.hookimpl(trylast=True)
     def pytest_autotune_engines(self, config: pytest.Config) -> list:
-        return []
+        from .engines.adapters import builtin_adapters
+
+        return builtin_adapters()
 
     @pytest.hookimpl(trylast=True)
     def pytest_autotune_frozen_protocols(self, config: pytest.Config) -> dict[str, str]:

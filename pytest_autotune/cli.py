@@ -270,6 +270,8 @@ def _protocol(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .engines import cli as _engine_commands  # noqa: F401 - registers `autotune engine ...`
+
     parser = argparse.ArgumentParser(
         prog="autotune",
         description="pytest-autotune: the results store (verify, show, merge, quarantine), studies (study, "

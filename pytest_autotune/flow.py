@@ -22,7 +22,15 @@ from typing import Any, Callable, Optional
 import torch
 
 from .errors import ProblemLoadError
-from .gates.base import BaselineChoice, CandidateFailure, CandidateRefusal, Gate, GateContext, GateOutcome, STAGES
+from .gates.base import (
+    STAGES,
+    BaselineChoice,
+    CandidateFailure,
+    CandidateRefusal,
+    Gate,
+    GateContext,
+    GateOutcome,
+)
 from .gates.compare import compare_outputs
 from .golden import Golden
 from .measure.devices.base import Device

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engines import EngineSpec
+    from .engines.adapters.base import EngineAdapter
     from .gates.base import Gate
     from .measure.devices.base import DeviceSpec
     from .provenance import ProvenanceKey
@@ -67,8 +67,11 @@ def pytest_autotune_devices(config: pytest.Config) -> "list[DeviceSpec]":
 
 
 @pytest.hookspec
-def pytest_autotune_engines(config: pytest.Config) -> "list[EngineSpec]":
-    """Serving-engine launchers (engine × configuration items). Reserved for engine items."""
+def pytest_autotune_engines(config: pytest.Config) -> "list[EngineAdapter]":
+    """Serving-engine adapters (:class:`~pytest_autotune.engines.adapters.base.EngineAdapter`): how to install,
+    start, read back and judge one engine. A declaration file (``benchmarks/engines/<engine>.toml``) names the
+    engine by the adapter's ``name``; the first adapter registered under a name wins. Built-in: ``vllm``,
+    ``llamacpp``, ``sglang`` (docs/engines.md)."""
     raise NotImplementedError  # a specification: pluggy calls the implementations
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from . import hookspec
 from .builtin import BuiltinParts
+from .engines import plugin as engines_plugin
 from .errors import AutotuneUsageError, ProblemLoadError
 from .problems.discovery import candidates_for, is_problem_file
 from .problems.loader import LoadedProblem
@@ -23,7 +24,7 @@ from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, Pro
 from .session import SESSION_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY, AutotuneSession
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .flow import FlowVerdict
+    from .flow import FlowVerdict  # noqa: F401 (the StashKey below names it)
 
 BUNDLED_ROOT = Path("benchmarks") / "kernels"
 _VERDICT_KEY = pytest.StashKey["FlowVerdict"]()
@@ -132,6 +133,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[SESSION_KEY] = session
     _extend_collection_args(config, session)
+    config.pluginmanager.register(engines_plugin.PLUGIN, "autotune-engines")
 
 
 def _extend_collection_args(config: pytest.Config, session: AutotuneSession) -> None:

@@ -189,6 +189,24 @@ class SurfaceSection:
 
 
 @dataclass(frozen=True)
+class EnginesSection:
+    """Serving-engine items (docs/engines.md)."""
+
+    launch_pairs: int = _f(ge=1)
+    windows_per_launch: int = _f(ge=1)
+    warmup_windows: int = _f(ge=0)
+    quality_prompts: int = _f(ge=1)
+    quality_max_tokens: int = _f(ge=1)
+    quality_concurrency: int = _f(ge=1)
+    quality_min_agreement: float = _f(ge=0.0, le=1.0)
+    max_error_rate: float = _f(ge=0.0, le=1.0)
+    launch_timeout_s: float = _f(gt=0.0)
+    stop_grace_s: float = _f(gt=0.0)
+    request_timeout_s: float = _f(gt=0.0)
+    metrics_interval_s: float = _f(gt=0.0)
+
+
+@dataclass(frozen=True)
 class Protocol:
     """The frozen measurement protocol. ``sha256`` is the digest of the file's exact bytes."""
 
@@ -207,6 +225,7 @@ class Protocol:
     bands: BandsSection = _f()
     studies: StudiesSection = _f()
     surface: SurfaceSection = _f()
+    engines: EnginesSection = _f()
     # not from the file:
     sha256: str = field(default="", compare=False)
     path: str = field(default="", compare=False)
@@ -270,6 +289,13 @@ def _cross_checks(proto: Protocol, source: str) -> None:
         )
     if "float32" not in proto.tolerance:
         raise ProtocolError(f"{source}: [tolerance.float32] is missing; add it with rtol and atol")
+    e = proto.engines
+    if e.launch_pairs * e.windows_per_launch < proto.timing.min_pairs:
+        raise ProtocolError(
+            f"{source}: [engines].launch_pairs x windows_per_launch ({e.launch_pairs} x {e.windows_per_launch}) is "
+            f"below [timing].min_pairs ({proto.timing.min_pairs}): the database would refuse every engine result; "
+            "raise windows_per_launch or launch_pairs"
+        )
     if not proto.bars.fast_p_thresholds:
         raise ProtocolError(f"{source}: [bars].fast_p_thresholds is empty; list at least one threshold, e.g. [1.0]")
 

@@ -15,7 +15,7 @@ from .protocol import Protocol
 #: version -> sha256 of protocol.toml's bytes
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
-    "2": "85a2693576f23417395d88f2996da4c03afc4580230dfb846ebced1ac957746e",
+    "2": "82a8d86b7a2a53b8875ac6607a992c8df4e72b8b6eb1a26507a2065983e73d9d",
 }
 
 

@@ -104,8 +104,9 @@ def module_version(name: str) -> Optional[str]:
 
 def mlx_version() -> Optional[str]:
     try:
-        import mlx.core as mx  # noqa: F401
         from importlib.metadata import version
+
+        import mlx.core as mx  # noqa: F401
 
         return version("mlx")
     except Exception:  # noqa: BLE001

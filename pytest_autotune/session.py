@@ -14,11 +14,9 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import pytest
-
-from typing import TYPE_CHECKING
 
 from .errors import AutotuneUsageError, StoreError, ValidatorRefusal
 from .measure.devices.spec import DeviceSpec
@@ -32,11 +30,11 @@ from .seeds import new_nonce, nonce_commitment
 
 if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, not with the plugin
     from .flow import FlowVerdict, KernelFlow
+    from .measure.devices.base import Device
+    from .sandbox.runner import SandboxPool
     from .store import ResultStore
     from .study.remeasure import RemeasureIndex
     from .study.transfer import OriginIndex
-    from .measure.devices.base import Device
-    from .sandbox.runner import SandboxPool
 
 SESSION_KEY = pytest.StashKey["AutotuneSession"]()
 #: [sandbox].malloc = "reuse": glibc serves blocks up to 32 MiB from its heap and keeps freed memory, so a call's
@@ -359,6 +357,16 @@ class AutotuneSession:
         if self.is_worker:
             self.worker_payload.outcomes.append(verdict.outcome.to_json())
         return verdict
+
+    def add_verdict(self, verdict: "FlowVerdict") -> None:
+        """Record a verdict reached outside the kernel flow (engine items: anything with ``outcome``, ``result``
+        and ``quarantine``): its rows go to the store through the validator (via the controller under xdist), its
+        outcome to the report."""
+        if self.opts.measuring:
+            self._record(verdict)
+        self.outcomes.append(verdict.outcome)
+        if self.is_worker:
+            self.worker_payload.outcomes.append(verdict.outcome.to_json())
 
     def _record(self, verdict: "FlowVerdict") -> None:
         o = verdict.outcome

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from conftest import REPO, fast_protocol_text
 
 CHEATS = Path(__file__).resolve().parent / "cheats"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+import e2e_files as F
 import pytest
 
-import e2e_files as F
 from conftest import fast_protocol_text
 
 HAND_WRITTEN = '''

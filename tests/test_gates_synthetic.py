@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import REPO
 
+from conftest import REPO
 from pytest_autotune.gates.base import GateContext
 from pytest_autotune.gates.clocks import DeviceClockGate, WallClockGate
 from pytest_autotune.gates.integrity import IdleGate, ThreadGate

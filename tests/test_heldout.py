@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, fast_protocol_text
 
 pytest.importorskip("mlx.core", reason="the held-out leg needs mlx (pip install 'mlx[cpu]' on Linux, mlx on macOS)")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO, fast_protocol_text
 
 CHEATS = Path(__file__).resolve().parent / "cheats"

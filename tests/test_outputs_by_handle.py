@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 import torch
-from conftest import fast_protocol_text
 
+from conftest import fast_protocol_text
 from pytest_autotune.measure.devices.memfd import ExportError, HostExport, export_host_tensor
 from pytest_autotune.sandbox.outputs import bits_equal, output_problem
 from pytest_autotune.sandbox.wire import Channel, PassedFd

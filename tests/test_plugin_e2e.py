@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import e2e_files as F
 import pytest
 
-import e2e_files as F
 from conftest import REPO, fast_protocol_text
 
 SCHEMA = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())

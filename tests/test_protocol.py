@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from pytest_autotune.protocol_registry import FROZEN_PROTOCOLS, freeze_status
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT_PROTOCOL = REPO / "protocol.toml"
+CURRENT_VERSION_LINE = f'version = "{load_protocol(ROOT_PROTOCOL).version}"'.encode()
 
 
 def test_shipped_protocol_is_frozen_under_its_version():
@@ -56,7 +56,7 @@ def test_extra_pins_from_a_hook_freeze_a_project_protocol():
     proto = parse_protocol(raw)
     assert freeze_status(proto, {"acme-1": proto.sha256}).frozen
     with pytest.raises(ProtocolError, match="pinned twice"):
-        freeze_status(proto, {"1": "0" * 64})
+        freeze_status(proto, {load_protocol(ROOT_PROTOCOL).version: "0" * 64})
 
 
 def test_loaded_values_are_typed_and_frozen():

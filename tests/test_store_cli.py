@@ -16,6 +16,7 @@ from test_store_schema import (
     PROTO,
     fill,
     insert_statement,
+    make_engine_result,
     make_measurement,
     make_result,
     make_run,
@@ -60,7 +61,8 @@ def test_sqlite3_shell_insert_without_paired_seeds_is_aborted(tmp_path):
     run = make_run()
     store = new_store(tmp_path / "results.db", run)
     conn = store._conn
-    row = raw_row(conn, "results", make_result(run, 0, kind="engine").as_row(), nonce_for(run.run_id))
+    row = raw_row(conn, "results", make_engine_result(run, 0, seeds=range(N_SEEDS)).as_row(),
+                  nonce_for(run.run_id))
     store.close()
     db = tmp_path / "results.db"
     for seeds in ("[]", "[1, 2]", "[7, 7, 7, 7, 7, 7]"):

@@ -73,7 +73,8 @@ def _heldout(run_id: str = "run-mlx", i: int = 0, **overrides) -> dict:
 
 def test_schema_version_and_migrations():
     assert SCHEMA_VERSION == 5
-    assert [m.name for m in schema.migrations._migrations][:3] == ["0001_initial", "0002_retest", "0003_provenance"]
+    assert [m.name for m in schema.migrations._migrations] == ["0001_initial", "0002_retest", "0003_provenance",
+                                                               "0004_engine", "0005_study"]
     results = dict(schema.TABLES)["results"]
     v1 = dict(schema.TABLES_0001)["results"]
     assert "retest" not in v1 and "transfer_ratio" not in v1  # migration 0001 is what schema 1 was

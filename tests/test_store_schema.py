@@ -114,6 +114,25 @@ def make_result(run: RunRecord, i: int = 0, **overrides) -> KernelResult:
     return KernelResult(**fields)
 
 
+def make_engine_result(run: RunRecord, i: int = 0, *, seeds=None, arm_seeds=None, engines=("vllm", "vllm"),
+                       problem: str = "vllm:short", **overrides) -> KernelResult:
+    """An engine row as the engine items record it (docs/engines.md): both arms' engine and seeds in provenance."""
+    seeds = tuple(range(500 + i * 10, 500 + i * 10 + max(N_SEEDS, 6))) if seeds is None else tuple(seeds)
+    a_seeds, b_seeds = (list(seeds), list(seeds)) if arm_seeds is None else arm_seeds
+    prov = {
+        "problem_sha256": sha("workload"), "candidate_sha256": sha(f"config{i}"), "baseline_sha256": sha("default"),
+        "seeds": list(seeds), "sizes": {"requests": 64, "concurrency": 16},
+        "arms": {"baseline": {"engine": engines[0], "config": "default", "seeds": a_seeds},
+                 "candidate": {"engine": engines[1], "config": f"cfg{i}", "seeds": b_seeds}},
+    }
+    fields = dict(kind="engine", nodeid=f"benchmarks/engines/vllm.toml::cfg{i}[short]", problem=problem,
+                  problem_sha256=sha("workload"), candidate=f"cfg{i}", candidate_sha256=sha(f"config{i}"),
+                  baseline="default", baseline_sha256=sha("default"), seeds=seeds,
+                  probes={"status": "disabled"}, provenance=prov)
+    fields.update(overrides)
+    return make_result(run, i, **fields)
+
+
 def new_store(path: Path, *runs: RunRecord) -> ResultStore:
     store = ResultStore.open(path)
     store.register_protocol(PROTO, frozen=True)
@@ -227,7 +246,7 @@ def test_engine_result_without_paired_seeds_cannot_enter_db(tmp_path):
     store = new_store(tmp_path / "r.db", run)
     store.close()
     conn = sqlite3.connect(tmp_path / "r.db")  # a plain connection: only the database's own validator runs
-    content = make_result(run, kind="engine").as_row()
+    content = make_engine_result(run).as_row()
     for seeds in ("[]", json.dumps(list(range(N_SEEDS - 1))), None):
         row = dict(content, seeds=seeds)
         row = raw_row(conn, "results", row, nonce_for(run.run_id))

@@ -12,11 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import e2e_files as F
 import pytest
 
-import e2e_files as F
 from conftest import REPO, fast_protocol_text
-
 from pytest_autotune.study.search.space import load_template
 
 # every usable variant is one elementwise pass (the same wall); bf16 is refused by the correctness gate

@@ -11,7 +11,7 @@ import torch
 from pytest_autotune.gates.compare import check_fingerprint, compare_outputs
 from pytest_autotune.gates.surface import matches
 from pytest_autotune.measure.stats import bootstrap_median_ci, paired_estimate
-from pytest_autotune.problems.inputs import apply_layout, apply_pattern, PATTERNS
+from pytest_autotune.problems.inputs import PATTERNS, apply_layout, apply_pattern
 from pytest_autotune.protocol import load_protocol
 from pytest_autotune.sandbox.wire import WireError, decode, encode
 from pytest_autotune.seeds import derive_seed, derive_seeds, new_nonce, nonce_commitment

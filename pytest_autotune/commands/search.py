@@ -26,8 +26,16 @@ def _next_iteration(db: Path, study: str, arm: str, problem: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..plugin import BUNDLED_ROOT
     from ..study.recorder import valid_name
-    from ..study.search.runner import (SearchPlan, check_inside_surface, default_out, pytest_command,
-                                       resolve_template, run_pytest, summarize, write_candidates)
+    from ..study.search.runner import (
+        SearchPlan,
+        check_inside_surface,
+        default_out,
+        pytest_command,
+        resolve_template,
+        run_pytest,
+        summarize,
+        write_candidates,
+    )
     from ..study.search.space import parse_fix
     from ..study.search.tuners import tuner_class
 

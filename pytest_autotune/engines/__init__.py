@@ -1,25 +1,15 @@
-"""Serving-engine items (engine × configuration): the extension point's types.
+"""Serving engines as pytest-autotune items (docs/engines.md).
 
-An :class:`EngineSpec` is what a ``pytest_autotune_engines`` hook implementation returns: a named engine, the
-configurations to measure, and how to start one. The collection and load generator for engine items are a
-later issue; the hook and its types are fixed now so plugins can be written against them.
+An engine item is engine × flag configuration × workload, measured paired against the same engine's default in
+alternating launches, through the quality gate (greedy outputs agree with the default's), treatment delivery
+(the flags show in the effective configuration or the metrics), the breaker and the store (``kind = 'engine'``).
+
+Modules, one job each: ``adapters/`` (vLLM, llama.cpp, SGLang behind one interface), ``install`` (engine venvs
+and builds), ``server`` and ``supervisor`` (start, health, always stop), ``model`` and ``gguf`` (the tiny local
+model), ``text`` and ``workload`` (seeded prompts), ``loadgen`` and ``metrics`` (asyncio load on httpx,
+Prometheus), ``quality``, ``delivery``, ``run`` (one item), ``declaration`` and ``space`` (files and the flag
+search seam), ``plugin`` and ``report`` (pytest), ``cli`` (``autotune engine ...``).
+
+This package's ``__init__`` imports nothing: the supervisor runs as ``python -m
+pytest_autotune.engines.supervisor`` and must start fast.
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    name: str  # e.g. "vllm", "sglang"
-    #: configuration name -> engine arguments (each becomes one item: engine × configuration)
-    configs: Mapping[str, Mapping[str, Any]]
-    #: start(config) -> base URL of an OpenAI-compatible server; the harness stops it with stop(url)
-    start: Callable[[Mapping[str, Any]], str]
-    stop: Callable[[str], None]
-    #: the frozen baseline configuration's name (the strongest known one, never a strawman)
-    baseline: str = "default"
-    description: str = ""
-    tags: Sequence[str] = field(default_factory=tuple)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure.devices.base import Device
     from ..measure.schedule import TimingEvidence
-    from .received import CandidateCall
     from ..problems.loader import LoadedProblem
     from ..problems.model import BaselineRef, CandidateRef
     from ..protocol import Protocol
     from ..result import Measurement
     from ..sandbox.runner import Sandbox
     from ..seeds import SeedSource
+    from .received import CandidateCall
 
 STAGES = ("correctness", "probe", "integrity", "breaker")
 

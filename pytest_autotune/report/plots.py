@@ -280,8 +280,8 @@ def write_session_plots(session: "AutotuneSession", folder: Path) -> list[Path]:
         studies = sorted({o.details["study"]["study"] for o in session.outcomes if o.details.get("study")
                           and not o.details["study"]["study"].startswith("anchor:")})
         if studies and session.opts.measuring and session.opts.db is not None:
-            from ..study.report import build_study_report
             from ..store import ResultStore
+            from ..study.report import build_study_report
 
             with ResultStore.open(session.opts.db, readonly=True) as store:
                 for name in studies:

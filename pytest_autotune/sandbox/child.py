@@ -37,8 +37,17 @@ import torch
 from ..problems.inputs import materialize, materialize_stream
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
-from .outputs import (bits_equal, export_output, fingerprint, harness_reads, leaves, mode_stack_depths, modes_left,
-                      output_problem, structure)
+from .outputs import (
+    bits_equal,
+    export_output,
+    fingerprint,
+    harness_reads,
+    leaves,
+    mode_stack_depths,
+    modes_left,
+    output_problem,
+    structure,
+)
 from .tamper import TamperSnapshot, os_thread_count
 from .wire import Channel, PeerGone
 
@@ -95,10 +104,10 @@ class ChildState:
 
         import numpy  # noqa: F401  (snapshot its namespace too)
 
+        from ..problems import inputs as inputs_module
         from . import child as child_module
         from . import outputs as outputs_module
         from . import wire as wire_module
-        from ..problems import inputs as inputs_module
 
         # the collector stays off from here on: candidate calls never see it on (no tell of a timed call), and it
         # runs only where the harness calls it, before any input exists (sandbox/child.py h_prepare)

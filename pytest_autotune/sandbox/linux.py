@@ -79,7 +79,9 @@ def setns(fd: int, nstype: int) -> None:
 
 
 def mount(source: Optional[str], target: str, fstype: Optional[str], flags: int, data: Optional[str] = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
+    def enc(s: Optional[str]) -> Optional[bytes]:
+        return s.encode() if s is not None else None
+
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
            f"mount({source!r} on {target!r}, {fstype or ''} flags={flags:#x})")
 

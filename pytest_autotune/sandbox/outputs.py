@@ -21,6 +21,7 @@ import torch
 from ..measure.devices.base import Device
 from ..tree import leaves
 
+
 #: torch's mode stacks: a mode left pushed sees every tensor the harness builds or reads afterwards
 def mode_stack_depths() -> dict[str, int]:
     return {"torch_function": int(torch._C._len_torch_function_stack()),

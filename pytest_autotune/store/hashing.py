@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..result import canonical_json
-from .schema import COLUMN_TYPES, HASH_EXCLUDED, HASH_OMIT_NULL, ZERO_HASH
 from ..seeds import nonce_commitment  # the one definition (re-exported: store users import it from here)
+from .schema import COLUMN_TYPES, HASH_EXCLUDED, HASH_OMIT_NULL, ZERO_HASH
 
 __all__ = [
     "ZERO_HASH",

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from . import schema
 from ..errors import StoreError, ValidatorRefusal
+from . import schema
 from .db import ResultStore
 from .hashing import canonical_row, nonce_commitment, row_mac
 from .schema import MAC_TABLES, REMEASURE_RESULTS_PREFIX, RETEST_RESULTS_PREFIX

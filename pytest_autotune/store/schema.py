@@ -16,6 +16,8 @@ Migrations (a new database runs them all, in order; an older one the ones it lac
   link, docs/heldout.md) with their CHECKs, added by ``ALTER TABLE ... ADD COLUMN`` (existing rows read NULL
   there, so they keep their hashes: :data:`HASH_OMIT_NULL`), and the trigger ``results_retest_link``.
 * ``0003_provenance`` (user_version 3): the ``provenance_complete`` rule and ``rule_epochs``.
+* ``0004_engine`` (user_version 4): an engine row (``kind = 'engine'``) must name one engine for both arms and
+  carry the paired seeds of both arms (``engine_arms``, ``engine_paired_seeds``; docs/engines.md).
 * ``0005_study`` (user_version 5): studies (docs/studies.md): ``rejections.study/arm/iteration/candidate_sha256``,
   ``results.remeasure_of`` (the row-by-row re-measure link), the tables ``study_registrations`` (what the
   pre-registration check found at a study's first row) and ``study_verdicts`` (every verdict a study report
@@ -879,9 +881,66 @@ def _epoch_triggers() -> list[tuple[str, str]]:
 #: triggers created by migration 0003_provenance
 TRIGGERS_0003: list[tuple[str, str]] = _provenance_triggers() + _epoch_triggers()
 
+
+#: the paired_seeds rule's predicate (as migration 0001 wrote it), for the engine rules' guard
+_SEEDS_VALID = (
+    "coalesce(CASE WHEN json_valid(NEW.seeds) THEN ("
+    "CASE WHEN json_type(NEW.seeds) = 'array' THEN ("
+    f"json_array_length(NEW.seeds) >= {_protocol_param('n_seeds')} "
+    "AND NOT EXISTS (SELECT 1 FROM json_each(NEW.seeds) "
+    "WHERE type <> 'integer' OR typeof(value) <> 'integer' OR value < 0) "
+    "AND (SELECT count(DISTINCT value) FROM json_each(NEW.seeds)) = json_array_length(NEW.seeds)"
+    ") ELSE 0 END) ELSE 0 END, 0)"
+)
+
+
+def _engine_triggers() -> list[tuple[str, str]]:
+    """Engine rows (migration 0004_engine, docs/engines.md): a ratio is only ever between two launches of the SAME
+    engine, driven by the SAME paired seeds. The arms are described in the row's provenance (``arms.baseline``,
+    ``arms.candidate``: engine name and the seeds that decided its prompts); the row's problem is
+    ``<engine>:<workload>``. Kernel rows are not concerned."""
+    out = []
+    for table in ("results", "quarantine"):
+        engine = "json_extract(NEW.provenance, '$.arms.baseline.engine')"
+        same_engine = (
+            f"json_type(NEW.provenance, '$.arms.baseline.engine') = 'text' AND length({engine}) > 0 "
+            f"AND json_type(NEW.provenance, '$.arms.candidate.engine') = 'text' "
+            f"AND json_extract(NEW.provenance, '$.arms.candidate.engine') = {engine} "
+            f"AND substr(NEW.problem, 1, length({engine}) + 1) = {engine} || ':'"
+        )
+        paired = (
+            "json_type(NEW.provenance, '$.arms.baseline.seeds') = 'array' "
+            "AND json_type(NEW.provenance, '$.arms.candidate.seeds') = 'array' "
+            "AND json(json_extract(NEW.provenance, '$.arms.baseline.seeds')) = json(NEW.seeds) "
+            "AND json(json_extract(NEW.provenance, '$.arms.candidate.seeds')) = json(NEW.seeds) "
+            "AND json_array_length(NEW.seeds) > 0"
+        )
+        # judged only for an engine row whose JSON is valid and whose seeds pass paired_seeds (a malformed
+        # provenance, or missing, too few or repeated seeds, are provenance_json's and paired_seeds' to name)
+        valid_json = ("NEW.kind = 'engine' AND json_valid(NEW.provenance) AND json_type(NEW.provenance) = 'object' "
+                      f"AND {_SEEDS_VALID}")
+        name = f"{table}_engine_arms"
+        out.append((name, _trigger(
+            name, "BEFORE INSERT", table, f"{valid_json} AND NOT coalesce(({same_engine}), 0)", "engine_arms",
+            "an engine row compares two launches of one engine: provenance arms.baseline.engine and "
+            "arms.candidate.engine must name the same engine, and problem must read <engine>:<workload>",
+        )))
+        name = f"{table}_engine_paired_seeds"
+        out.append((name, _trigger(
+            name, "BEFORE INSERT", table, f"{valid_json} AND NOT coalesce(({paired}), 0)", "engine_paired_seeds",
+            "an engine row needs paired seeds: provenance arms.baseline.seeds and arms.candidate.seeds must both be "
+            "the row seeds (the same seeds decided the prompts of both arms)",
+        )))
+    return out
+
+
+#: triggers created by migration 0004_engine
+TRIGGERS_0004: list[tuple[str, str]] = _engine_triggers()
+
 #: rules a later migration added to existing tables: rows with an id below the migration's rule_epochs.first_id
 #: are replayed without them (migration 0002's retest rule only ever applies to rows that have a link)
-EPOCH_RULES: dict[str, list[tuple[str, str]]] = {"0003_provenance": _provenance_triggers()}
+EPOCH_RULES: dict[str, list[tuple[str, str]]] = {"0003_provenance": _provenance_triggers(),
+                                                 "0004_engine": _engine_triggers()}
 
 # ----------------------------------------------------------------------------------------------- 0005_study
 # Studies (docs/studies.md). A study row (results, quarantine, rejections with study set) needs its study's
@@ -1053,7 +1112,8 @@ TABLES: list[tuple[str, str]] = _final_tables()
 #: every trigger after the last migration
 _GUARD_NAMES = {name for name, _ in CHAIN_STATE_GUARD}
 TRIGGERS: list[tuple[str, str]] = (
-    [(n, s) for n, s in TRIGGERS_0001 if n not in _GUARD_NAMES] + TRIGGERS_0002 + TRIGGERS_0003 + TRIGGERS_0005
+    [(n, s) for n, s in TRIGGERS_0001 if n not in _GUARD_NAMES] + TRIGGERS_0002 + TRIGGERS_0003 + TRIGGERS_0004
+    + TRIGGERS_0005
     + CHAIN_STATE_GUARD
 )
 
@@ -1180,6 +1240,18 @@ def m0003_provenance(db) -> None:
     for _, sql in TRIGGERS_0003:
         db.execute(sql)
     db.execute("PRAGMA user_version = 3")
+
+
+@migrations(name="0004_engine")
+def m0004_engine(db) -> None:
+    """Engine rows: one engine for both arms, paired seeds for both arms (docs/engines.md)."""
+    for table in ("results", "quarantine"):
+        db.execute("INSERT INTO rule_epochs (migration, tbl, first_id) "
+                   f"SELECT '0004_engine', '{table}', coalesce(max(id), 0) + 1 FROM {table}")
+    # last-rule-first, as in 0001: a row without arms is told about engine_arms before engine_paired_seeds
+    for _, sql in reversed(TRIGGERS_0004):
+        db.execute(sql)
+    db.execute("PRAGMA user_version = 4")
 
 
 @migrations(name="0005_study")

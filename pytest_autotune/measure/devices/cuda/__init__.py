@@ -46,9 +46,24 @@ import torch
 from ....tree import tensors
 from ..base import Device, Sample
 from ..memfd import HostExport, export_host_tensor
-from .driver import CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE, Driver, DriverError
-from .graphs import (CaptureFailed, Graph, copy_tree, external_events, inner_seconds, poison, preroll, signature, stage,
-                     static_copies)
+from .driver import (
+    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+    CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE,
+    Driver,
+    DriverError,
+)
+from .graphs import (
+    CaptureFailed,
+    Graph,
+    copy_tree,
+    external_events,
+    inner_seconds,
+    poison,
+    preroll,
+    signature,
+    stage,
+    static_copies,
+)
 from .ipc import CudaIpcExport, export_cuda_tensor
 
 #: calibration samples that are also test-captured (the schedule calibrates each arm on up to 3 inputs)

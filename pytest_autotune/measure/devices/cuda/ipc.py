@@ -19,9 +19,9 @@ from typing import Any, Optional
 
 import torch
 
-from ..memfd import ExportError
 from ....sandbox.wire import dtype_from_name, dtype_name
-from .driver import Driver, DriverError, IPC_HANDLE_BYTES
+from ..memfd import ExportError
+from .driver import IPC_HANDLE_BYTES, Driver, DriverError
 
 
 def export_cuda_tensor(drv: Driver, t: torch.Tensor) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import torch
 from torch import nn
 
 
-
 def _timed() -> bool:
     """Whether the device's sampler is up the stack (its ``timed`` calls the model through Module.__call__)."""
     f = sys._getframe(2)

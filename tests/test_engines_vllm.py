@@ -1,0 +1,98 @@
+"""One REAL paired engine comparison in the test suite (docs/engines.md, CI): vLLM's CPU build, its default
+against ``--max-num-seqs 4`` on 16 requests in flight, which reads clearly lower (4 sequences per step instead of
+16). Two launches of vLLM (~35-90 s each on 2 cores), one server at a time, stopped by the plugin.
+
+Needs vLLM installed in the engine cache (``autotune engine install vllm``; ``.ci/run`` does it). Without it the
+test is skipped, unless ``PYTEST_AUTOTUNE_REQUIRE_ENGINES=1`` (set by ``.ci/run``), which makes a missing engine
+a failure: CI must not pass by skipping its only real engine measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import httpcore  # noqa: F401
+import httpx
+import pytest
+import safetensors.torch  # noqa: F401
+import tokenizers  # noqa: F401
+
+import pytest_autotune.engines.run  # noqa: F401 - imported before pytester snapshots sys.modules (see e2e test)
+from pytest_autotune.engines.adapters.vllm import VllmAdapter
+from pytest_autotune.engines.install import CACHE_ENV, cache_root, find_installation
+from pytest_autotune.store import ResultStore
+
+sys.path.insert(0, str(Path(__file__).parent / "engine_fakes"))
+from support import processes_matching  # noqa: E402
+
+httpx.Client(trust_env=False).close()
+
+DECLARATION = """
+engine = "vllm"
+
+[model]
+seed = 0
+
+[server]
+flags = { enforce-eager = true, dtype = "float32", max-model-len = 1024 }
+env = { VLLM_CPU_KVCACHE_SPACE = "1" }
+
+[workloads.short]
+profile = "short"
+requests = 32
+concurrency = 16
+
+[configs.max-num-seqs-4]
+flags = { max-num-seqs = 4 }
+"""
+
+
+@pytest.fixture(scope="session")
+def real_engine_cache():
+    """The user's engine cache, read before pytester points HOME at its temporary folder."""
+    return cache_root()
+
+
+@pytest.fixture
+def vllm_installed(real_engine_cache, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, str(real_engine_cache))
+    if find_installation(VllmAdapter()) is None:
+        msg = "vLLM is not installed in the engine cache: autotune engine install vllm"
+        if os.environ.get("PYTEST_AUTOTUNE_REQUIRE_ENGINES") == "1":
+            pytest.fail(msg + " (PYTEST_AUTOTUNE_REQUIRE_ENGINES=1: CI must measure a real engine)")
+        pytest.skip(msg)
+
+
+def test_vllm_default_vs_max_num_seqs_4_real_paired(vllm_installed, pytester, tmp_path, fast_protocol):
+    (pytester.path / "protocol.toml").write_text(fast_protocol(**{
+        # one launch pair of 8 windows: the CI-sized measurement (docs/engines.md: pairs, windows, item time)
+        "engines.launch_pairs": "1", "engines.windows_per_launch": "8", "engines.quality_prompts": "8",
+    }))
+    d = pytester.path / "benchmarks" / "engines"
+    d.mkdir(parents=True)
+    (d / "vllm.toml").write_text(textwrap.dedent(DECLARATION))
+    db, rep = tmp_path / "r.db", tmp_path / "r.json"
+    result = pytester.runpytest("--autotune", "--autotune-exploratory", "benchmarks/engines", "-p", "no:cacheprovider",
+                                f"--autotune-db={db}", f"--autotune-json={rep}")
+    out = result.stdout.str()
+    report = json.loads(rep.read_text())
+    (item,) = report["items"]
+    assert item["verdict"] == "accepted", out[-4000:]
+    result.assert_outcomes(passed=1)
+    # clearly lower: the ratio and its whole CI below 1
+    assert item["speedup"] < 0.9 and item["ci"][1] < 1.0, item
+    assert "quality gate: token agreement" in out and "treatment delivery: --max-num-seqs: at most 4" in out
+    with ResultStore.open(db, readonly=True) as store:
+        assert store.verify().ok
+        (row,) = store.results()
+        prov = json.loads(row["provenance"])
+        assert row["kind"] == "engine" and row["problem"] == "vllm:short" and row["n_pairs"] == 8
+        assert prov["engine"]["version"].startswith("0.32.0")
+        assert prov["arms"]["candidate"]["effective_config"]["values"]["args.max_num_seqs"] == 4
+        assert prov["quality"]["min_agreement"] >= 0.95
+    assert not processes_matching("vllm.entrypoints.openai.api_server")
+    assert not processes_matching("VLLM::EngineCore")

@@ -29,7 +29,7 @@ class BuiltinParts:
         from .gates.integrity import IdleGate, TamperGate, ThreadGate
         from .gates.probes import ProbeGate
         from .gates.timed_outputs import TimedOutputsGate
-        from .session import SESSION_KEY
+        from .keys import SESSION_KEY
 
         session = config.stash.get(SESSION_KEY, None)
         release_lookup = session.release_for if session is not None else None

@@ -17,35 +17,11 @@ import argparse
 import getpass
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from .commands.registry import DEFAULT_DB, EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, command, db_arg, registered
 from .errors import AutotuneError, StoreError, ValidatorRefusal
-
-EXIT_OK = 0
-EXIT_PROBLEMS = 1
-EXIT_USAGE = 2
-
-DEFAULT_DB = Path(".autotune") / "results.db"
-
-_Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-_COMMANDS: list[_Registrar] = []
-
-
-def command(register: _Registrar) -> _Registrar:
-    """Register a function that adds one subcommand parser (with ``set_defaults(func=handler)``)."""
-    _COMMANDS.append(register)
-    return register
-
-
-def _db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--db",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help=f"results database (default: {DEFAULT_DB} under the current directory)",
-    )
 
 
 def _db_path(args: argparse.Namespace) -> Path:
@@ -92,7 +68,7 @@ def _verify(sub) -> None:
         help="check the store: hash chains, MACs, nonce commitments, triggers, integrity; replay every row",
         description="Exit 0 when the store verifies, 1 when problems are found, 2 when it cannot be opened.",
     )
-    _db_arg(p)
+    db_arg(p)
     p.set_defaults(func=_run_verify)
 
 
@@ -154,7 +130,7 @@ def _quarantine(sub) -> None:
     qsub = p.add_subparsers(dest="quarantine_command", metavar="{list,release}")
     qsub.required = True
     pl = qsub.add_parser("list", help="list quarantined measurements and their releases")
-    _db_arg(pl)
+    db_arg(pl)
     pl.set_defaults(func=_run_quarantine_list)
     pr = qsub.add_parser(
         "release",
@@ -163,7 +139,7 @@ def _quarantine(sub) -> None:
     pr.add_argument("id", type=int, help="quarantine row id (see: autotune quarantine list)")
     pr.add_argument("--reason", required=True, help="why the measurement is genuine (at least 10 characters)")
     pr.add_argument("--by", default=_default_user(), help="who releases it (default: the current user)")
-    _db_arg(pr)
+    db_arg(pr)
     pr.set_defaults(func=_run_quarantine_release)
 
 
@@ -237,7 +213,7 @@ def _run_show(args: argparse.Namespace) -> int:
 @command
 def _show(sub) -> None:
     p = sub.add_parser("show", help="print the recorded results as a table")
-    _db_arg(p)
+    db_arg(p)
     p.add_argument("--run", default=None, metavar="RUN_ID", help="only this run's results")
     p.set_defaults(func=_run_show)
 
@@ -282,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     from . import commands  # noqa: F401  (registers study, remeasure, search, audit, anchors, plot)
 
-    for register in _COMMANDS:
+    for register in registered():
         register(sub)
     return parser
 

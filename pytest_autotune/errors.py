@@ -11,6 +11,10 @@ class AutotuneError(Exception):
     """Base class for errors raised by pytest-autotune."""
 
 
+class AutotuneWarning(UserWarning):
+    """Something about an item deserves a look (weak problem, CI target missed, baseline ignored...)."""
+
+
 class AutotuneUsageError(AutotuneError):
     """Bad configuration or environment, detected before anything is measured."""
 

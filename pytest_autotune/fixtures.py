@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import pytest
 
 from .errors import ProblemLoadError
+from .keys import SESSION_KEY
 from .problems.loader import LoadedProblem
 from .problems.model import CandidateKind, CandidateRef, KernelItemSpec, ProblemRef, SourceFile
 from .result import ItemOutcome
 from .seeds import SeedSource
-from .session import SESSION_KEY, AutotuneSession
+from .session import AutotuneSession
 
 if TYPE_CHECKING:  # pragma: no cover - torch/hypothesis load when a fixture is used, not with the plugin
     from .gates.base import BaselineChoice

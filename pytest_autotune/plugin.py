@@ -10,24 +10,19 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import pytest
 
 from . import hookspec
 from .builtin import BuiltinParts
 from .engines import plugin as engines_plugin
-from .errors import AutotuneUsageError, ProblemLoadError
-from .problems.discovery import candidates_for, is_problem_file
+from .errors import AutotuneUsageError, AutotuneWarning, ProblemLoadError
+from .keys import SESSION_KEY, VERDICT_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY
+from .problems.discovery import BUNDLED_ROOT, candidates_for, is_problem_file
 from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, ProblemRef, SourceFile
-from .session import SESSION_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY, AutotuneSession
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .flow import FlowVerdict  # noqa: F401 (the StashKey below names it)
-
-BUNDLED_ROOT = Path("benchmarks") / "kernels"
-_VERDICT_KEY = pytest.StashKey["FlowVerdict"]()
+from .session import AutotuneSession
 
 
 def _device_choice(value: str) -> str:
@@ -206,10 +201,6 @@ class ProblemFile(pytest.File):
             yield KernelItem.from_parent(self, name=f"{c.name}[{device}]", spec=spec)
 
 
-class AutotuneWarning(UserWarning):
-    """Something about an item deserves a look (weak problem, CI target missed, baseline ignored...)."""
-
-
 class AutotuneFailure(Exception):
     """A gate refused the item (pytest failure)."""
 
@@ -229,7 +220,7 @@ class KernelItem(pytest.Item):
     def setup(self) -> None:
         session: AutotuneSession = self.config.stash[SESSION_KEY]
         verdict = session.run_item(self.spec)
-        self.stash[_VERDICT_KEY] = verdict
+        self.stash[VERDICT_KEY] = verdict
         o = verdict.outcome
         self.user_properties.append(("autotune_verdict", o.verdict))
         if o.gate:
@@ -243,7 +234,7 @@ class KernelItem(pytest.Item):
             raise AutotuneItemError(f"ERROR ({o.gate}): {o.reason}")
 
     def runtest(self) -> None:
-        verdict = self.stash[_VERDICT_KEY]
+        verdict = self.stash[VERDICT_KEY]
         o = verdict.outcome
         for w in o.warnings:
             warnings.warn(AutotuneWarning(f"{self.spec.problem.name}/{self.spec.candidate.name}: {w}"), stacklevel=1)
@@ -270,13 +261,13 @@ class BrokenFileItem(pytest.Item):
 
     def runtest(self) -> None:
         session: AutotuneSession = self.config.stash[SESSION_KEY]
+        from .flow import FlowVerdict
         from .result import ItemOutcome
 
-        session.outcomes.append(ItemOutcome(nodeid=self.nodeid, kind="kernel", problem=self.path.stem,
-                                            candidate="-", device=session.opts.device, verdict="rejected",
-                                            gate="load", reason=self.reason))
-        if session.is_worker:
-            session.worker_payload.outcomes.append(session.outcomes[-1].to_json())
+        # recorded like any refusal: the report, and the rejections table when the session records
+        session.add_verdict(FlowVerdict(ItemOutcome(nodeid=self.nodeid, kind="kernel", problem=self.path.stem,
+                                                    candidate="-", device=session.opts.device, verdict="rejected",
+                                                    gate="load", reason=self.reason)))
         self.user_properties += [("autotune_verdict", "rejected"), ("autotune_gate", "load")]
         raise AutotuneFailure(f"REJECTED by load: {self.reason}")
 
@@ -311,8 +302,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     from .report.terminal import write_summary
     from .study.session_report import write_terminal
 
-    write_summary(terminalreporter, session)
-    write_terminal(terminalreporter, session)
+    snap = session.snapshot()
+    write_summary(terminalreporter, snap)
+    write_terminal(terminalreporter, snap)
 
 
 class XdistHooks:

@@ -12,21 +12,26 @@ import dataclasses
 import datetime as _dt
 import os
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import pytest
 
-from .errors import AutotuneUsageError, StoreError, ValidatorRefusal
+from .errors import AutotuneUsageError
+from .keys import WORKER_INPUT_KEY, WORKER_OUTPUT_KEY
 from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
+from .options import Options
+from .problems.discovery import BUNDLED_ROOT
 from .problems.model import KernelItemSpec
 from .protocol import Protocol, find_protocol, load_protocol
 from .protocol_registry import freeze_status
 from .provenance import ProvenanceError, collect, git_state
+from .recording import ControllerRecorder, Recorder, WorkerRecorder
+from .report.snapshot import Isolation, SessionSnapshot
 from .result import ItemOutcome, RunRecord
 from .seeds import new_nonce, nonce_commitment
+from .study.recorder import StudyRecorder
 
 if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, not with the plugin
     from .flow import FlowVerdict, KernelFlow
@@ -35,67 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, n
     from .store import ResultStore
     from .study.remeasure import RemeasureIndex
     from .study.transfer import OriginIndex
-
-SESSION_KEY = pytest.StashKey["AutotuneSession"]()
-#: [sandbox].malloc = "reuse": glibc serves blocks up to 32 MiB from its heap and keeps freed memory, so a call's
-#: temporaries cost the same whichever arm ran before it (read by glibc when the zygote starts)
-MALLOC_REUSE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-                    "MALLOC_TOP_PAD_": str(64 << 20)}
-WORKER_INPUT_KEY = "pytest_autotune"
-WORKER_OUTPUT_KEY = "pytest_autotune"
-
-
-@dataclass
-class Options:
-    measuring: bool
-    device: str
-    db: Optional[Path]
-    json_path: Optional[Path]
-    problems: list[Path]
-    candidates: list[Path]
-    exploratory: bool
-    aa: bool
-    probe_seed: Optional[int]
-    base: Optional[str]
-    study: Optional[str] = None
-    arm: Optional[str] = None
-    iteration: Optional[int] = None
-    study_registry: Optional[str] = None
-    study_manifest: Optional[Path] = None
-    remeasure: Optional[str] = None
-    plots: Optional[Path] = None
-
-    @classmethod
-    def from_config(cls, config: pytest.Config) -> "Options":
-        g = config.getoption
-        db = g("autotune_db")
-        js = g("autotune_json")
-        return cls(
-            measuring=bool(g("autotune")),
-            device=g("autotune_device"),
-            db=Path(db).expanduser().resolve() if db else Path(config.rootpath) / ".autotune" / "results.db",
-            json_path=Path(js).expanduser().resolve() if js else None,
-            problems=[Path(p).expanduser().resolve() for p in (g("autotune_problems") or [])],
-            candidates=[Path(p).expanduser().resolve() for p in (g("autotune_candidates") or [])],
-            exploratory=bool(g("autotune_exploratory")),
-            aa=bool(g("autotune_aa")),
-            probe_seed=g("autotune_probe_seed"),
-            base=g("autotune_base"),
-            study=g("autotune_study"),
-            arm=g("autotune_arm"),
-            iteration=g("autotune_iteration"),
-            study_registry=g("autotune_study_registry"),
-            study_manifest=Path(g("autotune_study_manifest")).expanduser().resolve()
-            if g("autotune_study_manifest") else None,
-            remeasure=g("autotune_remeasure"),
-            plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
-        )
-
-
-@dataclass
-class WorkerPayload:
-    rows: list = field(default_factory=list)  # [{"table":..., "row":..., "nodeid":...}]
-    outcomes: list = field(default_factory=list)
 
 
 class AutotuneSession:
@@ -122,14 +66,9 @@ class AutotuneSession:
         self.store: Optional["ResultStore"] = None
         self.run: Optional[RunRecord] = None
         self.releases: dict[tuple[str, str], int] = {}
-        self.worker_payload = WorkerPayload()
-        self.store_errors: list[str] = []
         self._flow: Optional["KernelFlow"] = None
         self._pool: Optional["SandboxPool"] = None
         self.origins: Optional["OriginIndex"] = None  # the held-out retest leg's origins (controller, --device=mlx)
-        from .plugin import BUNDLED_ROOT
-        from .study.recorder import StudyRecorder
-
         self.studies = StudyRecorder(Path(config.rootpath), study=self.opts.study, arm=self.opts.arm,
                                      iteration=self.opts.iteration, registry=self.opts.study_registry,
                                      manifest=self.opts.study_manifest,
@@ -137,16 +76,27 @@ class AutotuneSession:
         self.remeasure: Optional["RemeasureIndex"] = None  # controller, --autotune-remeasure
         if self.opts.remeasure and not self.opts.measuring:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
+        self.recorder: Recorder
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
             self.run_id = wi["run_id"]
             self.releases = {(p, s): int(i) for p, s, i in wi["releases"]}
+            self.recorder = WorkerRecorder(run=self._worker_run, protocol=self.protocol, nonce=self.nonce,
+                                           run_id=self.run_id, studies=self.studies, measuring=self.opts.measuring)
         else:
             self.nonce = new_nonce()
             self.run_id = uuid.uuid4().hex
             if self.opts.measuring:
                 self._open_store()
+            self.recorder = ControllerRecorder(store=self.store, run=self.run, nonce=self.nonce, studies=self.studies,
+                                               remeasure=self.remeasure, written=self._written)
+
+    @property
+    def store_errors(self) -> list[str]:
+        """Rows the database refused, a run it would not close, study and plot errors: shown, and failing the
+        session."""
+        return self.recorder.errors
 
     # ---------------------------------------------------------------------------------------- setup
     def _check_surface(self) -> Optional[dict]:
@@ -216,10 +166,7 @@ class AutotuneSession:
         from .store import ResultStore
 
         assert self.opts.db is not None
-        try:
-            self.store = ResultStore.open(self.opts.db)
-        except StoreError:
-            raise
+        self.store = ResultStore.open(self.opts.db)
         self.store.register_protocol(self.protocol, frozen=self.freeze.frozen)
         self.run = self._run_record()
         # origins are read before this run begins: every results row it can link to then belongs to a run that
@@ -239,7 +186,6 @@ class AutotuneSession:
         """The held-out leg links each result to the result it retests (DESIGN: transfer ratio)."""
         if self.framework != "mlx":
             return
-        from .plugin import BUNDLED_ROOT
         from .study.transfer import OriginIndex, origin_reports
 
         idx = OriginIndex(self.opts.device)
@@ -331,142 +277,83 @@ class AutotuneSession:
             worker = int(wid.lstrip("gw") or 0) if wid.lstrip("gw").isdigit() else 0
         return [allowed[-1 - (worker % len(allowed))]]
 
+    def isolation_provenance(self) -> Optional[dict]:
+        """The jail of this process's sandboxes (None before the first one started)."""
+        return self._pool.plan.provenance() if self._pool is not None else None
+
     def sandbox_pool(self) -> "SandboxPool":
         """The pool of sandboxes, and with it the jail they run in (decided on first use: docs/threat-model.md)."""
         if self._pool is None:
             from .sandbox.jail_session import make_pool
 
-            self._pool = make_pool(self)
+            self._pool = make_pool(self.protocol, self.opts.device, self.opts.db, self.config)
         return self._pool
-
-    def _sandbox_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        if self.protocol.sandbox.malloc == "reuse":
-            env.update(MALLOC_REUSE_ENV)
-        if self.opts.device == "cuda":
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        return env
 
     def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
         verdict = self.studies.attach(self.flow().run(spec), spec)
         if not self.is_worker:
             verdict = dataclasses.replace(verdict, outcome=self.annotate(verdict.outcome))
-        if self.opts.measuring:
-            self._record(verdict)
-        self.outcomes.append(verdict.outcome)
-        if self.is_worker:
-            self.worker_payload.outcomes.append(verdict.outcome.to_json())
+        self.add_verdict(verdict)
         return verdict
 
     def add_verdict(self, verdict: "FlowVerdict") -> None:
-        """Record a verdict reached outside the kernel flow (engine items: anything with ``outcome``, ``result``
-        and ``quarantine``): its rows go to the store through the validator (via the controller under xdist), its
-        outcome to the report."""
-        if self.opts.measuring:
-            self._record(verdict)
+        """Record a verdict (a kernel item's, an engine item's, an unusable problem file's: anything with
+        ``outcome``, ``result`` and ``quarantine``): its rows go to the store through the validator (via the
+        controller under xdist), its outcome to the report."""
+        self.recorder.record(verdict)
         self.outcomes.append(verdict.outcome)
-        if self.is_worker:
-            self.worker_payload.outcomes.append(verdict.outcome.to_json())
 
-    def _record(self, verdict: "FlowVerdict") -> None:
-        o = verdict.outcome
-        rows: list[tuple[str, dict]] = []
-        if verdict.result is not None:
-            row = verdict.result.as_row()
-            transfer = o.details.get("transfer")
-            if transfer:
-                row["retest_of"] = transfer["retest_of"]
-                row["transfer_ratio"] = transfer["transfer_ratio"]
-            rows.append(("results", row))
-        elif verdict.quarantine is not None:
-            rows.append(("quarantine", verdict.quarantine.as_row()))
-        if o.verdict != "accepted":
-            from .result import Rejection
-
-            rows.append(("rejections", {**Rejection(self.run_id, o.nodeid, o.problem, o.candidate, o.device,
-                                                    o.gate or "", o.verdict, o.reason[:4000]).as_row(),
-                                        **self.studies.rejection_columns(o)}))
-        for table, row in rows:
-            if self.is_worker:
-                self._dry_run(table, row)
-                self.worker_payload.rows.append({"table": table, "row": row, "nodeid": o.nodeid})
-            else:
-                self.write_row(table, row, o.nodeid)
-
-    def _dry_run(self, table: str, row: dict) -> None:
-        """Workers check each row against the same validator (an in-memory copy) before handing it over."""
-        from .store import dry_run_insert
-
+    def _worker_run(self) -> RunRecord:
         if self.run is None:
             self.run = self._run_record()
-        try:
-            dry_run_insert(self.run, self.protocol, table, row, nonce=self.nonce)
-        except ValidatorRefusal as e:
-            self.store_errors.append(f"{row.get('nodeid', '?')}: {table} row refused by rule {e.rule}: {e}")
+        return self.run
 
-    def write_row(self, table: str, row: dict, nodeid: str) -> Optional[int]:
-        assert self.store is not None
-        if isinstance(row.get("study"), str):  # the pre-registration check is recorded before a study's first row
-            self.studies.ensure_registered(self.store, self.run_id, self.nonce, row["study"])
-        if table == "results" and self.remeasure is not None:
-            row = self.remeasure.link(row)
-        try:
-            rid = self.store.insert_row(table, row, nonce=self.nonce if table in ("results", "quarantine") else None)
-        except ValidatorRefusal as e:
-            self.store_errors.append(f"{nodeid}: {table} row refused by the database validator ({e.rule}): {e}")
-            return None
-        self.config.hook.pytest_autotune_result_written(row=row, table=table, row_id=rid, config=self.config)
-        return rid
+    def _written(self, row: dict, table: str, row_id: Optional[int]) -> None:
+        self.config.hook.pytest_autotune_result_written(row=row, table=table, row_id=row_id, config=self.config)
 
     # ---------------------------------------------------------------------------------------- xdist
     def ingest_worker(self, output: dict) -> None:
-        payload = output.get(WORKER_OUTPUT_KEY) or {}
-        transfers: dict[str, dict] = {}
-        for o in payload.get("outcomes", []):
-            outcome = self.annotate(ItemOutcome.from_json(o))
-            if "transfer" in outcome.details:
-                transfers[outcome.nodeid] = outcome.details["transfer"]
-            self.outcomes.append(outcome)
-        for err in payload.get("store_errors", []):
-            self.store_errors.append(err)
-        if self.store is not None:
-            for r in payload.get("rows", []):
-                row = r["row"]
-                t = transfers.get(r.get("nodeid", ""))
-                if t and r["table"] == "results":
-                    row = {**row, "retest_of": t["retest_of"], "transfer_ratio": t["transfer_ratio"]}
-                self.write_row(r["table"], row, r.get("nodeid", "?"))
+        assert isinstance(self.recorder, ControllerRecorder)
+        self.outcomes += self.recorder.ingest(output.get(WORKER_OUTPUT_KEY) or {}, self.annotate)
 
     def worker_output(self) -> dict:
-        return {"rows": self.worker_payload.rows, "outcomes": self.worker_payload.outcomes,
-                "store_errors": self.store_errors}
+        assert isinstance(self.recorder, WorkerRecorder)
+        return self.recorder.output()
 
     # ---------------------------------------------------------------------------------------- end
     def close_run(self) -> bool:
         """Controller, end of the session: reveal the nonce (closing the run in the store), then write the JSON
-        report. Returns False when the store refused to close the run (e.g. a forged row: its MAC does not
-        match), which is then in ``store_errors`` and in the report."""
-        ok = True
-        if self.is_worker:
-            return ok
-        if self.store is not None and self.run is not None:
-            try:
-                self.store.finish_run(self.run.run_id, self.nonce)
-            except StoreError as e:
-                self.store_errors.append(f"closing the run failed: {e}")
-                ok = False
-            finally:
-                self.store.close()
-                self.store = None
+        report and the plots. Returns False when the store refused to close the run (e.g. a forged row: its MAC
+        does not match), which is then in ``store_errors`` and in the report."""
+        if not isinstance(self.recorder, ControllerRecorder):
+            return True
+        ok = self.recorder.close()
+        self.store = None
         if self.opts.json_path is not None:
             from .report.json_report import build_report, write_report
 
-            write_report(self.opts.json_path, build_report(self))
+            write_report(self.opts.json_path, build_report(self.snapshot()))
         if self.opts.plots is not None:
             from .report.plots import write_session_plots
 
-            write_session_plots(self, self.opts.plots)
+            _, errors = write_session_plots(self.snapshot(), self.opts.plots)
+            self.store_errors.extend(errors)
         return ok
+
+    def snapshot(self) -> SessionSnapshot:
+        """What the reports are made of, frozen now."""
+        from .study.session_report import session_studies
+
+        plan = self._pool.plan if self._pool is not None else None
+        return SessionSnapshot(
+            run=self.run_json(), run_id=self.run_id, outcomes=tuple(self.outcomes), device=self.opts.device,
+            measuring=self.opts.measuring, recorded=self.run is not None and not self.is_worker, db=self.opts.db,
+            protocol=self.protocol, frozen=self.freeze.frozen, exploratory=self.exploratory,
+            isolation=None if plan is None else Isolation(plan.level, plan.describe(),
+                                                          tuple(m.part for m in plan.missing)),
+            studies=session_studies(self.studies, self.outcomes, self.opts.device, self.protocol,
+                                    self.opts.measuring, self.exploratory, self.remeasure),
+            store_errors=tuple(self.store_errors), rootpath=Path(self.config.rootpath))
 
     def finish(self) -> None:
         """Release the sandboxes (every process, at unconfigure)."""

@@ -236,7 +236,7 @@ def _jail_available():
     if not sys.platform.startswith("linux"):
         pytest.skip("the jail is Linux only")
     if os.geteuid() != 0:
-        from pytest_autotune.sandbox.jail import plan_jail
+        from pytest_autotune.sandbox.jail_plan import plan_jail
 
         plan = plan_jail("preferred", "cpu", (), 1 << 30, MAX_PROCESSES)
         if plan.level != "full":

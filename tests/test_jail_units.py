@@ -16,7 +16,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 
 
 def test_levels_and_the_warning_name_what_is_missing() -> None:
-    from pytest_autotune.sandbox.jail import FULL, JailPlan, Missing
+    from pytest_autotune.sandbox.jail_plan import FULL, JailPlan, Missing
 
     full = JailPlan(isolation="preferred", identity="uid", uid=64000, gid=64000,
                     namespaces=("pid", "net", "mount", "ipc", "uts"), view=True, seccomp=True, limits="cgroup v2")
@@ -41,7 +41,7 @@ def test_levels_and_the_warning_name_what_is_missing() -> None:
 
 
 def test_a_failed_step_is_dropped_and_recorded() -> None:
-    from pytest_autotune.sandbox.jail import _without, wanted_plan
+    from pytest_autotune.sandbox.jail_plan import _without, wanted_plan
 
     plan = replace(wanted_plan("preferred", "cpu", (), 1 << 30, 64), identity="userns",
                    namespaces=("user", "pid", "net", "mount", "ipc", "uts"), view=True, limits="rlimit")
@@ -54,7 +54,7 @@ def test_a_failed_step_is_dropped_and_recorded() -> None:
 
 
 def test_cuda_as_root_keeps_the_uid_and_a_normal_user_gets_a_user_namespace(monkeypatch) -> None:
-    from pytest_autotune.sandbox import jail
+    from pytest_autotune.sandbox import jail_plan as jail
 
     monkeypatch.setattr(jail.sys, "platform", "linux")
     monkeypatch.setattr(jail.os, "geteuid", lambda: 0)
@@ -71,7 +71,7 @@ def test_cuda_as_root_keeps_the_uid_and_a_normal_user_gets_a_user_namespace(monk
 def test_probe_sees_only_itself() -> None:
     """The jail as a candidate sees it: pid 1 alone, no parent, only its loopback, no capabilities, seccomp on,
     a private /tmp, a /dev without disks, and the store gone."""
-    from pytest_autotune.sandbox.jail import plan_jail, probe
+    from pytest_autotune.sandbox.jail_plan import plan_jail, probe
 
     store = os.path.join(os.getcwd(), ".autotune")
     plan = plan_jail("preferred", "cpu", (store,) if os.path.isdir(store) else (), 1 << 30, 64)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pytest_autotune.problems.loader import LoadedProblem
 from pytest_autotune.problems.model import SourceFile
+from pytest_autotune.sandbox.jail_session import MALLOC_REUSE_ENV
 from pytest_autotune.sandbox.runner import SandboxPool
-from pytest_autotune.session import MALLOC_REUSE_ENV
 
 
 def main() -> None:

@@ -7,12 +7,12 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import EXIT_OK, _db_arg, command
 from .common import db_of, protocol_of, root_arg, root_of
+from .registry import EXIT_OK, command, db_arg
 
 
 def _anchor_files(root: Path, given: list[Path]) -> list[Path]:
-    from ..plugin import BUNDLED_ROOT
+    from ..problems.discovery import BUNDLED_ROOT
     from ..study.anchors import ANCHORS_FILE
 
     if given:
@@ -81,6 +81,6 @@ def _anchors(sub) -> None:
                                    "the verdict of its latest measurement per device.")
     p.add_argument("--file", action="append", type=Path, default=[], metavar="ANCHORS.toml")
     p.add_argument("--json", type=Path, default=None, metavar="PATH")
-    _db_arg(p)
+    db_arg(p)
     root_arg(p)
     p.set_defaults(func=_run)

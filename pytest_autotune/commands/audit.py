@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_PROBLEMS, command
 from .common import protocol_of, root_arg
+from .registry import EXIT_OK, EXIT_PROBLEMS, command
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli import DEFAULT_DB
 from ..protocol import Protocol, find_protocol, load_protocol
+from .registry import DEFAULT_DB
 
 
 def root_arg(p: argparse.ArgumentParser) -> None:

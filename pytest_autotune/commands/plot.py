@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_USAGE, _db_arg, command
 from .common import db_of, protocol_of, root_arg, root_of
+from .registry import EXIT_OK, EXIT_USAGE, command, db_arg
 
 
 def _items(args: argparse.Namespace) -> tuple[list[dict], str]:
@@ -76,6 +76,6 @@ def _plot(sub) -> None:
     p.add_argument("--report", type=Path, default=None, metavar="REPORT.json",
                    help="plot a JSON report (--autotune-json) instead of the store")
     p.add_argument("--study", default=None, metavar="NAME", help="the study (plot study)")
-    _db_arg(p)
+    db_arg(p)
     root_arg(p)
     p.set_defaults(func=_run)

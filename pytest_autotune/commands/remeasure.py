@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, _db_arg, command
 from .common import db_of, root_arg, root_of
+from .registry import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, command, db_arg
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -74,7 +74,7 @@ def _remeasure(sub) -> None:
                     "verdicts agree and the median |new/old - 1| of speedups. Exit 0 when every verdict agrees, 1 "
                     "when one does not, 2 on usage errors. Arguments after -- go to pytest.")
     p.add_argument("run", metavar="RUN_ID")
-    _db_arg(p)
+    db_arg(p)
     root_arg(p)
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="write the comparison as JSON")
     p.add_argument("--dry-run", action="store_true", help="print the pytest command and stop")

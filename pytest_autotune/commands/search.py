@@ -8,8 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, _db_arg, command
 from .common import db_of, protocol_of, root_arg, root_of
+from .registry import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, command, db_arg
 
 
 def _next_iteration(db: Path, study: str, arm: str, problem: str) -> int:
@@ -24,7 +24,7 @@ def _next_iteration(db: Path, study: str, arm: str, problem: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..plugin import BUNDLED_ROOT
+    from ..problems.discovery import BUNDLED_ROOT
     from ..study.recorder import valid_name
     from ..study.search.runner import (
         SearchPlan,
@@ -118,7 +118,7 @@ def _search(sub) -> None:
     p.add_argument("--endpoint", default=None, metavar="URL", help="LLM tuner: OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, metavar="NAME", help="LLM tuner: model name")
     p.add_argument("--dry-run", action="store_true", help="write the candidates and the manifest, measure nothing")
-    _db_arg(p)
+    db_arg(p)
     root_arg(p)
     p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra pytest arguments (after --)")
     p.set_defaults(func=_run)

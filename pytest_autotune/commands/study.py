@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_USAGE, _db_arg, command
 from .common import calls_arg, db_of, protocol_of, root_arg, root_of
+from .registry import EXIT_OK, EXIT_USAGE, command, db_arg
 
 
 def _run_report(args: argparse.Namespace) -> int:
@@ -77,7 +77,7 @@ def _study(sub) -> None:
                                      "void: treatment not delivered, below usability bar, incomplete; marked "
                                      "exploratory and/or plumbing suspect) and records it in study_verdicts.")
     pr.add_argument("name", metavar="NAME")
-    _db_arg(pr)
+    db_arg(pr)
     root_arg(pr)
     pr.add_argument("--registry", default=None, metavar="PATH",
                     help="registry file relative to the root, when the store has no registration to name it")
@@ -91,6 +91,6 @@ def _study(sub) -> None:
     pr.add_argument("--no-record", action="store_true", help="do not record the verdict in the store")
     pr.set_defaults(func=_run_report)
     pl = ssub.add_parser("list", help="studies in the store, their registration and last verdict")
-    _db_arg(pl)
+    db_arg(pl)
     root_arg(pl)
     pl.set_defaults(func=_run_list)

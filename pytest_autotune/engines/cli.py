@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_USAGE, command
+from ..commands.registry import EXIT_OK, EXIT_USAGE, command
 
 
 def _adapters() -> dict:

@@ -25,7 +25,9 @@ else:  # pragma: no cover
 
 import pytest
 
-from ..session import SESSION_KEY, AutotuneSession
+from ..errors import AutotuneWarning
+from ..keys import SESSION_KEY
+from ..session import AutotuneSession
 
 if TYPE_CHECKING:  # pragma: no cover - loaded with the first engine file (httpx, tokenizers), not with pytest
     from .declaration import EngineConfig, EngineDeclaration
@@ -87,7 +89,7 @@ class EnginePlugin:
             return
         from .report import write_engine_summary
 
-        write_engine_summary(terminalreporter, session)
+        write_engine_summary(terminalreporter, session.outcomes)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         from .server import live_servers
@@ -155,7 +157,6 @@ class EngineItem(pytest.Item):
     def runtest(self) -> None:
         import warnings
 
-        from ..plugin import AutotuneWarning
 
         o = self.stash[_VERDICT_KEY].outcome
         for w in o.warnings:

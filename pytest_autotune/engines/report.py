@@ -4,10 +4,10 @@ quality gate and treatment delivery (the main table above it lists every item wi
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..session import AutotuneSession
+    from ..result import ItemOutcome
 
 
 def _ratio(x: float) -> str:
@@ -48,8 +48,8 @@ def engine_lines(outcome: Any) -> list[str]:
     return lines
 
 
-def write_engine_summary(tr: Any, session: "AutotuneSession") -> None:
-    outs = sorted((o for o in session.outcomes if o.kind == "engine"), key=lambda o: (o.problem, o.candidate))
+def write_engine_summary(tr: Any, outcomes: "Sequence[ItemOutcome]") -> None:
+    outs = sorted((o for o in outcomes if o.kind == "engine"), key=lambda o: (o.problem, o.candidate))
     if not outs:
         return
     tr.write_sep("-", "engine items: configuration / default requests/s, paired per window [95% CI]")

@@ -8,6 +8,8 @@ from typing import Sequence
 
 from .model import BaselineRef, CandidateKind, CandidateRef, ProblemRef
 
+#: the bundled suite, relative to the rootdir: collected by every session (docs/suite.md)
+BUNDLED_ROOT = Path("benchmarks") / "kernels"
 CANDIDATES_DIR = "candidates"
 BASELINES_DIR = "baselines"
 MLX_SUBDIR = "mlx"

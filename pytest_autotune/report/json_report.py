@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..protocol import BarsSection
     from ..result import ItemOutcome
-    from ..session import AutotuneSession
+    from .snapshot import SessionSnapshot
 
 SCHEMA_ID = "pytest-autotune/report/1"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
@@ -45,8 +46,7 @@ def summarize(outcomes: Sequence["ItemOutcome"], thresholds: Sequence[float], me
     }
 
 
-def bars(summary: dict[str, Any], session: "AutotuneSession") -> list[dict[str, Any]]:
-    b = session.protocol.bars
+def bars(summary: dict[str, Any], b: "BarsSection") -> list[dict[str, Any]]:
     out = []
     cf = summary.get("correct_fraction")
     out.append({"name": "level1_correctness", "threshold": b.level1_min_correct_fraction, "value": cf,
@@ -57,18 +57,16 @@ def bars(summary: dict[str, Any], session: "AutotuneSession") -> list[dict[str, 
     return out
 
 
-def build_report(session: "AutotuneSession") -> dict[str, Any]:
-    from ..study.session_report import session_studies
-
-    summary = summarize(session.outcomes, session.protocol.bars.fast_p_thresholds, session.opts.measuring)
+def build_report(snap: "SessionSnapshot") -> dict[str, Any]:
+    summary = summarize(snap.outcomes, snap.protocol.bars.fast_p_thresholds, snap.measuring)
     return {
         "schema": SCHEMA_ID,
-        "run": session.run_json(),
-        "items": [o.to_json() for o in sorted(session.outcomes, key=lambda o: o.nodeid)],
+        "run": snap.run,
+        "items": [o.to_json() for o in sorted(snap.outcomes, key=lambda o: o.nodeid)],
         "summary": summary,
-        "bars": bars(summary, session),
-        "store_errors": list(session.store_errors),
-        "studies": session_studies(session),
+        "bars": bars(summary, snap.protocol.bars),
+        "store_errors": list(snap.store_errors),
+        "studies": snap.studies,
     }
 
 

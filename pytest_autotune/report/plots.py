@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence
 from ..errors import AutotuneUsageError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..session import AutotuneSession
+    from .snapshot import SessionSnapshot
 
 AA_CANDIDATE = "reference-aa"
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
@@ -262,12 +262,13 @@ def plot_study(report: dict, path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------- session
 
 
-def write_session_plots(session: "AutotuneSession", folder: Path) -> list[Path]:
+def write_session_plots(snap: "SessionSnapshot", folder: Path) -> tuple[list[Path], list[str]]:
     """``--autotune-plots=DIR``: what the session measured. Study trajectories come from the store (every
-    iteration of the study so far, not only this session's)."""
-    items = [o.to_json() for o in session.outcomes]
+    iteration of the study so far, not only this session's). Returns the files written and the errors met."""
+    items = [o.to_json() for o in snap.outcomes]
     written: list[Path] = []
-    title = f"run {session.run_id[:12]} on {session.opts.device} (protocol {session.protocol.version})"
+    errors: list[str] = []
+    title = f"run {snap.run_id[:12]} on {snap.device} (protocol {snap.protocol.version})"
     folder = Path(folder)
     plain = [i for i in items if i["candidate"] != AA_CANDIDATE]
     try:
@@ -277,19 +278,19 @@ def write_session_plots(session: "AutotuneSession", folder: Path) -> list[Path]:
             written.append(plot_aa(items, folder / "aa.png", title))
         if any(i.get("transfer_ratio") for i in items):
             written.append(plot_transfer(items, folder / "transfer.png", title))
-        studies = sorted({o.details["study"]["study"] for o in session.outcomes if o.details.get("study")
+        studies = sorted({o.details["study"]["study"] for o in snap.outcomes if o.details.get("study")
                           and not o.details["study"]["study"].startswith("anchor:")})
-        if studies and session.opts.measuring and session.opts.db is not None:
+        if studies and snap.measuring and snap.db is not None:
             from ..store import ResultStore
             from ..study.report import build_study_report
 
-            with ResultStore.open(session.opts.db, readonly=True) as store:
+            with ResultStore.open(snap.db, readonly=True) as store:
                 for name in studies:
-                    rep = build_study_report(store, name, Path(session.config.rootpath), session.protocol)
+                    rep = build_study_report(store, name, snap.rootpath, snap.protocol)
                     written.append(plot_study(rep.to_json(), folder / f"study-{_safe(name)}.png"))
     except AutotuneUsageError as e:
-        session.store_errors.append(f"plots: {e}")
-    return written
+        errors.append(f"plots: {e}")
+    return written, errors
 
 
 def _safe(name: str) -> str:

@@ -8,17 +8,17 @@ from ..gates.breaker import format_speedup
 from .json_report import bars, summarize
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..session import AutotuneSession
+    from .snapshot import SessionSnapshot
 
 
 def _fmt(x: float) -> str:
     return format_speedup(x)
 
 
-def write_summary(tr: Any, session: "AutotuneSession") -> None:
-    outs = sorted(session.outcomes, key=lambda o: (o.problem, o.candidate))
-    tr.write_sep("=", f"pytest-autotune: {len(outs)} item(s) on {session.opts.device}"
-                      + ("" if session.opts.measuring else " (correctness only: add --autotune to time)"))
+def write_summary(tr: Any, snap: "SessionSnapshot") -> None:
+    outs = sorted(snap.outcomes, key=lambda o: (o.problem, o.candidate))
+    tr.write_sep("=", f"pytest-autotune: {len(outs)} item(s) on {snap.device}"
+                      + ("" if snap.measuring else " (correctness only: add --autotune to time)"))
     rows = [("problem", "candidate", "verdict", "speedup [95% CI]", "vs naive", "baseline", "pairs")]
     for o in outs:
         m = o.measurement
@@ -38,29 +38,27 @@ def write_summary(tr: Any, session: "AutotuneSession") -> None:
     transfers = [(o, o.details["transfer"]) for o in outs if o.details.get("transfer")]
     if transfers:
         tr.write_line("")
-        tr.write_line(f"held-out retest on {session.opts.device} (baseline re-derived here; "
+        tr.write_line(f"held-out retest on {snap.device} (baseline re-derived here; "
                       "transfer ratio = held-out speedup / origin speedup):", bold=True)
         for o, t in transfers:
             tr.write_line(f"  {o.problem}/{o.candidate}: origin {_fmt(t['origin_speedup'])} on {t['origin_device']} "
                           f"-> {_fmt(t['heldout_speedup'])} here, transfer ratio {t['transfer_ratio']:.2f}: "
                           f"{t['verdict']}  [{t['retest_of']}]")
-    s = summarize(outs, session.protocol.bars.fast_p_thresholds, session.opts.measuring)
+    s = summarize(outs, snap.protocol.bars.fast_p_thresholds, snap.measuring)
     fp = ", ".join(f"fast_{k}={'-' if v is None else f'{v:.2f}'}" for k, v in s["fast_p"].items())
     med = "-" if s["median_speedup"] is None else _fmt(s["median_speedup"])
     tr.write_line(f"accepted {s['accepted']}, rejected {s['rejected']}, quarantined {s['quarantined']}, "
                   f"error {s['error']}; {fp}; median speedup {med}")
-    if session.opts.measuring:
-        tr.write_line("bars: " + ", ".join(f"{b['name']} {b['status']}" for b in bars(s, session)))
-    pool = session._pool
-    if pool is not None:
-        plan = pool.plan
-        weak = plan.level in ("partial", "none")
-        tr.write_line(f"sandbox isolation: {plan.describe()}"
-                      + (" -- missing: " + ", ".join(m.part for m in plan.missing) + " (see the warning)" if weak else ""),
-                      red=weak, bold=weak)
-    status = "frozen" if session.freeze.frozen else "NOT FROZEN (exploratory)"
-    tr.write_line(f"protocol {session.protocol.version} sha256 {session.protocol.sha256[:16]}... {status}")
-    if session.opts.measuring and session.run is not None:
-        tr.write_line(f"run {session.run_id} recorded in {session.opts.db}")
-    for err in session.store_errors:
+    if snap.measuring:
+        tr.write_line("bars: " + ", ".join(f"{b['name']} {b['status']}" for b in bars(s, snap.protocol.bars)))
+    iso = snap.isolation
+    if iso is not None:
+        tr.write_line(f"sandbox isolation: {iso.described}"
+                      + (" -- missing: " + ", ".join(iso.missing) + " (see the warning)" if iso.weak else ""),
+                      red=iso.weak, bold=iso.weak)
+    status = "frozen" if snap.frozen else "NOT FROZEN (exploratory)"
+    tr.write_line(f"protocol {snap.protocol.version} sha256 {snap.protocol.sha256[:16]}... {status}")
+    if snap.measuring and snap.recorded:
+        tr.write_line(f"run {snap.run_id} recorded in {snap.db}")
+    for err in snap.store_errors:
         tr.write_line(f"STORE: {err}", red=True)

@@ -12,7 +12,7 @@ from ..errors import AutotuneUsageError
 from ..provenance import ProvenanceKey
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..session import AutotuneSession
+    from ..protocol import Protocol
     from .runner import SandboxPool
 
 #: sqlite's files beside a database
@@ -30,16 +30,31 @@ def hidden_paths(db: Optional[Path]) -> tuple[str, ...]:
     return tuple(str(db) + s for s in _STORE_SIDECARS if Path(str(db) + s).exists() or s == "")
 
 
-def make_pool(session: "AutotuneSession") -> "SandboxPool":
+#: [sandbox].malloc = "reuse": glibc serves blocks up to 32 MiB from its heap and keeps freed memory, so a call's
+#: temporaries cost the same whichever arm ran before it (read by glibc when the zygote starts)
+MALLOC_REUSE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                    "MALLOC_TOP_PAD_": str(64 << 20)}
+
+
+def sandbox_env(protocol: "Protocol", device: str) -> dict[str, str]:
+    """Environment variables every sandbox of the session starts with."""
+    env: dict[str, str] = {}
+    if protocol.sandbox.malloc == "reuse":
+        env.update(MALLOC_REUSE_ENV)
+    if device == "cuda":
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+def make_pool(p: "Protocol", device: str, db: Optional[Path], config: pytest.Config) -> "SandboxPool":
     """The session's pool. Its jail is decided here, once: with ``[sandbox].isolation = "required"`` and less
     than the full jail, nothing runs (a usage error naming what is missing); with ``"preferred"``, one warning."""
     from .runner import SandboxPool
 
-    p = session.protocol
     pool = SandboxPool(threads=p.timing.cpu_threads, timeout_s=p.sandbox.timeout_s, memory_mb=p.sandbox.memory_mb,
-                       start_timeout_s=p.sandbox.start_timeout_s, env_extra=session._sandbox_env(),
-                       isolation=p.sandbox.isolation, hide=hidden_paths(session.opts.db),
-                       max_processes=p.sandbox.max_processes, device=session.opts.device)
+                       start_timeout_s=p.sandbox.start_timeout_s, env_extra=sandbox_env(p, device),
+                       isolation=p.sandbox.isolation, hide=hidden_paths(db),
+                       max_processes=p.sandbox.max_processes, device=device)
     plan = pool.plan
     if p.sandbox.isolation == "required" and plan.level != "full":
         pool.close()
@@ -49,20 +64,18 @@ def make_pool(session: "AutotuneSession") -> "SandboxPool":
             f"({plan.describe()}). Missing: {missing}. Fix that, or use isolation = \"preferred\" to run with "
             "what this machine allows (recorded in every result's provenance)")
     if plan.level in ("partial", "none"):
-        session.config.issue_config_time_warning(pytest.PytestWarning(plan.warning()), stacklevel=2)
+        config.issue_config_time_warning(pytest.PytestWarning(plan.warning()), stacklevel=2)
     return pool
 
 
 def isolation_keys(config: Any) -> list[ProvenanceKey]:
     """``isolation`` on every result: the jail its sandbox ran in (the pool's plan, decided by the controller
     or the xdist worker that measured it -- never reported by the sandbox)."""
-    from ..session import SESSION_KEY
+    from ..keys import SESSION_KEY
 
     def collect(_facts: Any) -> Optional[dict]:
         session = config.stash.get(SESSION_KEY, None)
-        if session is None or session._pool is None:
-            return None
-        return session._pool.plan.provenance()
+        return session.isolation_provenance() if session is not None else None
 
     return [
         ProvenanceKey("isolation", "run", dict, "the sandbox jail of this run: level, identity, namespaces, view, "

@@ -24,29 +24,9 @@ from typing import Any, Optional
 
 from . import linux
 from .cgroups import CgroupSession, CgroupUnavailable, SandboxCgroup
-from .jail import ENV_PLAN, JailPlan, Missing, plan_jail
+from .environment import sandbox_env
+from .jail_plan import ENV_PLAN, JailPlan, Missing, plan_jail
 from .wire import Channel, PeerGone, WireError, WireTimeout
-
-_KEEP_ENV = (
-    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TEMP", "TMP", "USER", "LOGNAME", "SHELL",
-    "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_CACHE_DIR", "TORCH_HOME",
-    "TORCHINDUCTOR_CACHE_DIR", "CC", "CXX", "SYSTEMROOT", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
-    "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-)
-_KEEP_PREFIXES = ("CUDA_", "NVIDIA_", "HIP_", "MLX_")
-_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
-
-
-def sandbox_env(threads: int, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """A scrubbed environment: nothing of pytest's or ours (no database path, no run secrets)."""
-    env = {k: v for k, v in os.environ.items() if k in _KEEP_ENV or k.startswith(_KEEP_PREFIXES)}
-    for k in _THREAD_VARS:
-        env[k] = str(threads)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONHASHSEED"] = "0"
-    env.update(extra or {})
-    return env
 
 
 @dataclass

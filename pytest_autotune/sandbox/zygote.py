@@ -28,7 +28,8 @@ import sys
 import time
 from typing import Optional
 
-from .jail import ENV_PLAN, JailError, JailPlan, enter_session, fork_jailed
+from .jail import enter_session, fork_jailed
+from .jail_plan import ENV_PLAN, JailError, JailPlan
 
 
 def _wait(pid: int, timeout: float) -> dict:

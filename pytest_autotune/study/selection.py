@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ..problems.model import KernelItemSpec
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..session import AutotuneSession
 
@@ -31,18 +33,16 @@ def _named(config: pytest.Config) -> tuple[set[str], list[Path]]:
 
 
 def select_items(session: "AutotuneSession", items: list, config: pytest.Config) -> tuple[list, list]:
-    from ..plugin import KernelItem
-
     markexpr = str(config.getoption("markexpr", "") or "")
     anchors_asked = "anchor" in markexpr
     nodeids, paths = _named(config)
     keep: list[Any] = []
     drop: list[Any] = []
     for item in items:
-        if not isinstance(item, KernelItem):
+        spec = getattr(item, "spec", None)
+        if not isinstance(spec, KernelItemSpec):  # not a kernel item (engine items, plain tests)
             keep.append(item)
             continue
-        spec = item.spec
         if session.studies.anchor_for(spec) is not None:
             item.add_marker(pytest.mark.anchor)
             here = Path(item.path).resolve()

@@ -3,27 +3,32 @@ and the terminal lines after the results table (docs/studies.md)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..session import AutotuneSession
+    from ..protocol import Protocol
+    from ..report.snapshot import SessionSnapshot
+    from ..result import ItemOutcome
+    from .recorder import StudyRecorder
+    from .remeasure import RemeasureIndex
 
 
-def session_studies(session: "AutotuneSession") -> dict[str, Any]:
-    summary = dict(session.studies.summary(session.outcomes, session.opts.device,
-                                           session.protocol.bands.anchoring, session.opts.measuring))
-    if session.exploratory:
+def session_studies(studies: "StudyRecorder", outcomes: Sequence["ItemOutcome"], device: str, protocol: "Protocol",
+                    measuring: bool, exploratory: bool, remeasure: Optional["RemeasureIndex"]) -> dict[str, Any]:
+    """The JSON report's ``studies`` key: this session's studies, anchors and re-measure link."""
+    summary = dict(studies.summary(list(outcomes), device, protocol.bands.anchoring, measuring))
+    if exploratory:
         summary["studies"] = [{**st, "exploratory": True, "exploratory_reasons": [
             *st["exploratory_reasons"], "this run's protocol is not frozen (an exploratory run)"]}
             for st in summary["studies"]]
-    r = session.remeasure
+    r = remeasure
     summary["remeasure"] = ({"of_run": r.run_id, "linked": len(r.linked), "notes": list(r.notes)}
                             if r is not None else None)
     return summary
 
 
-def write_terminal(tr: Any, session: "AutotuneSession") -> None:
-    s = session_studies(session)
+def write_terminal(tr: Any, snap: "SessionSnapshot") -> None:
+    s = snap.studies
     if not (s["studies"] or s["anchors"] or s["remeasure"] or s["errors"]):
         return
     tr.write_line("")

@@ -16,7 +16,7 @@ _written = {"n": 0}
 
 
 def _session(config):
-    from pytest_autotune.session import SESSION_KEY
+    from pytest_autotune.keys import SESSION_KEY
 
     return config.stash.get(SESSION_KEY, None)
 

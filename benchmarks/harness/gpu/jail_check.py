@@ -27,15 +27,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
-from pytest_autotune.sandbox import jail  # noqa: E402
+from pytest_autotune.sandbox import jail, jail_plan  # noqa: E402
 
 N = 1 << 16  # floats per buffer
 
 
-def combinations(quick: bool) -> list[tuple[str, jail.JailPlan]]:
+def combinations(quick: bool) -> list[tuple[str, jail_plan.JailPlan]]:
     """(label, plan): from nothing to what the harness uses on CUDA (same-uid, every namespace, the view,
     seccomp), one part at a time, and the identities CUDA is known to dislike."""
-    full = jail.wanted_plan("preferred", "cuda", (), 8 << 30, 256)  # as root: same-uid, pid/net/mount/ipc/uts
+    full = jail_plan.wanted_plan("preferred", "cuda", (), 8 << 30, 256)  # as root: same-uid, pid/net/mount/ipc/uts
     none = replace(full, identity="none", namespaces=(), view=False, seccomp=False, limits="none")
     rows = [
         ("nothing (same process tree, root)", replace(none, isolation="off")),
@@ -50,11 +50,11 @@ def combinations(quick: bool) -> list[tuple[str, jail.JailPlan]]:
         ("harness without ipc ns", replace(full, namespaces=tuple(n for n in full.namespaces if n != "ipc"))),
     ]
     if not quick:
-        uid, gid = jail.jail_ids()
+        uid, gid = jail_plan.jail_ids()
         rows += [
             ("uid change only (no namespaces)", replace(none, identity="uid", uid=uid, gid=gid)),
             ("uid change + namespaces + view", replace(full, identity="uid", uid=uid, gid=gid,
-                                                      expose=jail.interpreter_paths())),
+                                                      expose=jail_plan.interpreter_paths())),
             ("user namespace + namespaces + view", replace(full, identity="userns", uid=os.geteuid(),
                                                           gid=os.getegid(), namespaces=("user",) + full.namespaces)),
         ]
@@ -66,11 +66,11 @@ def combinations(quick: bool) -> list[tuple[str, jail.JailPlan]]:
 
 def _child_main() -> int:
     """Runs in a fresh interpreter: enter the jail, fork the jailed sandbox, which reports on stdout."""
-    plan = jail.JailPlan.from_json(json.loads(os.environ["JAIL_CHECK_PLAN"]))
+    plan = jail_plan.JailPlan.from_json(json.loads(os.environ["JAIL_CHECK_PLAN"]))
     ctl = json.loads(os.environ["JAIL_CHECK_CTL"])
     try:
         p0 = jail.enter_session(plan)
-    except jail.JailError as e:
+    except jail_plan.JailError as e:
         print(json.dumps({"jail": f"session: {e}"}), flush=True)
         return 0
 
@@ -143,7 +143,7 @@ def _decode(args: list) -> tuple:
 # ------------------------------------------------------------------------------------------------ the controller
 
 
-def _check(label: str, plan: jail.JailPlan, torch, ctl: dict) -> dict:
+def _check(label: str, plan: jail_plan.JailPlan, torch, ctl: dict) -> dict:
     env = {k: v for k, v in os.environ.items()}
     env.update({"JAIL_CHECK_PLAN": json.dumps(plan.to_json()), "JAIL_CHECK_CTL": json.dumps(ctl),
                 "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in sys.path if p])})
@@ -235,7 +235,7 @@ def main() -> int:
                 and v not in ("ok",)}
         if errs:
             print(f"  {r['label']}: {errs}")
-    print(f"harness plan on this host: {jail.plan_jail('preferred', 'cuda', (), 8 << 30, 256).describe()}")
+    print(f"harness plan on this host: {jail_plan.plan_jail('preferred', 'cuda', (), 8 << 30, 256).describe()}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -1,0 +1,56 @@
+"""The plugin's command-line options, read once into a typed record (docs/architecture.md, "Session")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+
+@dataclass
+class Options:
+    measuring: bool
+    device: str
+    db: Optional[Path]
+    json_path: Optional[Path]
+    problems: list[Path]
+    candidates: list[Path]
+    exploratory: bool
+    aa: bool
+    probe_seed: Optional[int]
+    base: Optional[str]
+    study: Optional[str] = None
+    arm: Optional[str] = None
+    iteration: Optional[int] = None
+    study_registry: Optional[str] = None
+    study_manifest: Optional[Path] = None
+    remeasure: Optional[str] = None
+    plots: Optional[Path] = None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "Options":
+        g = config.getoption
+        db = g("autotune_db")
+        js = g("autotune_json")
+        return cls(
+            measuring=bool(g("autotune")),
+            device=g("autotune_device"),
+            db=Path(db).expanduser().resolve() if db else Path(config.rootpath) / ".autotune" / "results.db",
+            json_path=Path(js).expanduser().resolve() if js else None,
+            problems=[Path(p).expanduser().resolve() for p in (g("autotune_problems") or [])],
+            candidates=[Path(p).expanduser().resolve() for p in (g("autotune_candidates") or [])],
+            exploratory=bool(g("autotune_exploratory")),
+            aa=bool(g("autotune_aa")),
+            probe_seed=g("autotune_probe_seed"),
+            base=g("autotune_base"),
+            study=g("autotune_study"),
+            arm=g("autotune_arm"),
+            iteration=g("autotune_iteration"),
+            study_registry=g("autotune_study_registry"),
+            study_manifest=Path(g("autotune_study_manifest")).expanduser().resolve()
+            if g("autotune_study_manifest") else None,
+            remeasure=g("autotune_remeasure"),
+            plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
+        )

@@ -148,8 +148,9 @@ CATALOG: list[Case] = [
     Case("softmax_rows", "cheat_mode_precompute", "main", R, ("integrity",), r"mode",
          "torch mode stacks watched and required empty; inputs built with torch functions disabled "
          "(sandbox/tamper.py, sandbox/child.py)"),
-    Case("softmax_rows", "cheat_finalizer_burn", "main", R, ("integrity",), r"building a round's inputs",
-         "outputs freed in the candidate's own sandbox; prepare CPU candidate vs baseline (gates/integrity.py IdleGate)"),
+    Case("softmax_rows", "cheat_finalizer_burn", "main", NO_GAIN, (), "",
+         "outputs freed in the candidate's own sandbox, between timed windows (sandbox/child.py h_release): the "
+         "burn slows nobody's sample"),
     Case("softmax_rows", "cheat_signal_timer", "main", R, ("integrity",), r"signal",
          "signal handlers and interval timers in the tamper snapshot (sandbox/tamper.py)"),
     Case("softmax_rows", "cheat_gc_callback", "main", R, ("integrity",), r"gc\.callbacks",

@@ -69,7 +69,7 @@ def test_mode_left_pushed_precomputes_while_inputs_are_built_and_the_sandbox_ref
         assert mod._answers, "the mode saw the input being built and computed the answer ahead of the call"
         st = _child_state()
         with pytest.raises(HarnessRefusal, match="mode"):  # the sandbox will not build inputs under a mode
-            h_prepare(st, {"p1": [{"seed": 1}], "p2": [{"seed": 2}], "fingerprint": None})
+            h_prepare(st, {"p1": [{"seed": 1}], "p2": [{"seed": 2}]})
     finally:
         mod._mode.__exit__(None, None, None)
     assert mode_stack_depths()["torch_function"] == 0

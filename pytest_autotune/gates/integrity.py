@@ -85,6 +85,14 @@ class ThreadGate(Gate):
         return None
 
 
+def _median_by_arm(per_round: list[dict]) -> dict[str, Optional[float]]:
+    out: dict[str, Optional[float]] = {}
+    for arm in ("A", "B"):
+        vals = [r[arm] for r in per_round if r.get(arm) is not None]
+        out[arm] = statistics.median(vals) if vals else None
+    return out
+
+
 class IdleGate(Gate):
     """The candidate's sandbox sleeps while it has nothing to do, and builds inputs as cheaply as the baseline's.
 
@@ -92,9 +100,11 @@ class IdleGate(Gate):
     between them (idle), reading the kernel's clocks (:mod:`pytest_autotune.measure.procstat`). An honest sandbox
     blocks on its socket between requests; the candidate's may use twice what the baseline's used idle (a runtime's
     own background threads show in both) plus ``idle_cpu_per_command_s`` per request plus ``idle_cpu_rel`` of its
-    busy CPU. ``prepare`` is the same harness code on the same recipes in both
+    busy CPU. Building a round's inputs (``prepare``) is the same harness code on the same recipes in both
     sandboxes; the candidate's CPU there may exceed the baseline's by at most ``prepare_cpu_max_ratio`` (median over
-    rounds) or ``prepare_cpu_abs_s``, whichever is more."""
+    rounds) or ``prepare_cpu_abs_s``, whichever is more. Freeing the last round's outputs (``release``) is not the
+    same work in both (other outputs, other heaps, a collector with other objects to visit) and runs while nothing
+    is timed: its CPU is reported, not compared."""
 
     name = "idle"
     stages = ("integrity",)
@@ -116,7 +126,8 @@ class IdleGate(Gate):
                                "during_baseline_samples_s": cand["during_other_samples_s"],
                                "baseline_idle_cpu_s": base.get("idle_s"),
                                "prepare_cpu_ratio": statistics.median(ratios) if ratios else None,
-                               "prepare_cpu_extra_s": statistics.median(diffs) if diffs else None}
+                               "prepare_cpu_extra_s": statistics.median(diffs) if diffs else None,
+                               "release_cpu_s": _median_by_arm([r.release_cpu_s for r in ev.rounds])}
         if cand["idle_s"] > allowed:
             return GateOutcome.refuse(
                 "integrity", f"the candidate's sandbox used {cand['idle_s'] * 1e3:.2f} ms of CPU while it had no "

@@ -66,7 +66,9 @@ class RoundRecord:
     prints: list = field(default_factory=list)  # candidate output fingerprints: [B(p1) calls..., B(p2) calls...]
     #: CPU seconds each sandbox used building this round's inputs (the same work in both)
     prepare_cpu_s: dict = field(default_factory=dict)
-    #: the controller's wall time for that step (both sandboxes at once)
+    #: ... and fingerprinting and freeing the last round's outputs (not the same work: other outputs, other heaps)
+    release_cpu_s: dict = field(default_factory=dict)
+    #: the controller's wall time for both steps (both sandboxes at once)
     prepare_s: float = 0.0
     helper_processes: int = 0
 
@@ -258,8 +260,9 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
     warm_round = {arm: {"cmd": "prepare", "p1": {"seed": seeds.seed("warm-round", 0), "count": k},
-                        "p2": {"seed": seeds.seed("warm-round", 1), "count": k}, "fingerprint": None}
-                  for arm in drv.boxes}
+                        "p2": {"seed": seeds.seed("warm-round", 1), "count": k}} for arm in drv.boxes}
+    drv.both({arm: {"cmd": "release", "fingerprint": None} for arm in drv.boxes}, "timing (warm-up round)",
+             spread=True)
     drv.both(warm_round, "timing (warm-up round)", spread=True)
     for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")):
         drv.sample(arm, group, 0, "timing (warm-up round)")
@@ -273,17 +276,22 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         n_seed += 2
         fp = {"positions_seed": secrets.randbits(63)} if prints_of is not None else None
         t_prep = time.perf_counter()
-        prep = drv.both({arm: {"cmd": "prepare", "p1": p1, "p2": p2, "fingerprint": fp,
-                               "tamper": arm == "B" and r_index % TAMPER_EVERY == 0} for arm in drv.boxes},
-                        "timing (prepare)", spread=True)
+        # the last round's outputs are fingerprinted and freed first (the candidate's finalizers may run there),
+        # then the inputs are built: only that step is the same work in both sandboxes, and compared
+        rel = drv.both({arm: {"cmd": "release", "fingerprint": fp,
+                              "tamper": arm == "B" and r_index % TAMPER_EVERY == 0} for arm in drv.boxes},
+                       "timing (release)", spread=True)
+        prep = drv.both({arm: {"cmd": "prepare", "p1": p1, "p2": p2} for arm in drv.boxes}, "timing (prepare)",
+                        spread=True)
         if prints_of is not None:
-            prints_of.prints = prep["B"].get("prints") or []
-        ev.tamper += prep["B"].get("tamper", [])
+            prints_of.prints = rel["B"].get("prints") or []
+        ev.tamper += rel["B"].get("tamper", [])
         order = "BAAB" if (plan.order == "ABBA/BAAB" and r_index % 2 == 1) else "ABBA"
         seq = [(order[0], "p1"), (order[1], "p1"), (order[2], "p2"), (order[3], "p2")]
         samples = tuple(drv.sample(arm, group, pos, "timing") for pos, (arm, group) in enumerate(seq))
         rec = RoundRecord(r_index, order, p1, p2, samples,
                           prepare_cpu_s={arm: prep[arm]["_cpu_s"] for arm in prep},
+                          release_cpu_s={arm: rel[arm]["_cpu_s"] for arm in rel},
                           prepare_s=time.perf_counter() - t_prep - sum(
                               (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),
                           helper_processes=_helpers_of(candidate))

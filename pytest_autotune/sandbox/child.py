@@ -305,19 +305,25 @@ def _prints(st: ChildState, msg: Optional[dict]) -> list:
     return [fingerprint(out, gen, n) for out in st.kept]
 
 
-def h_prepare(st: ChildState, msg: dict) -> dict:
-    """Fingerprint the last round's outputs (positions chosen by the controller now), free everything of it,
-    collect garbage while no input exists, then build the two input groups with the collector off."""
+def h_release(st: ChildState, msg: dict) -> dict:
+    """End of a round: fingerprint its outputs (positions chosen by the controller now), free everything of it
+    and collect garbage while no input exists. The candidate's own code may run here (finalizers of what it
+    returned): nothing is timed meanwhile, and this CPU is not compared with the baseline's."""
     prints = _prints(st, msg.get("fingerprint"))
     st.release()
     st.batches = {}
     gc.collect()
+    return {"prints": prints, "tamper": st.tamper_changes() if msg.get("tamper") else []}
+
+
+def h_prepare(st: ChildState, msg: dict) -> dict:
+    """Build the round's two input groups with the collector off: the same harness code on the same recipes in
+    both sandboxes, whose CPU the controller compares (gates/integrity.py IdleGate)."""
     st.require_no_modes("before the round's inputs were built")
     st.batches = {"p1": st.input_stream(msg["p1"]), "p2": st.input_stream(msg["p2"])}
     st.device.synchronize()
     st.require_no_modes("while the round's inputs were built")
-    return {"prints": prints, "threads": os_thread_count(),
-            "tamper": st.tamper_changes() if msg.get("tamper") else []}
+    return {"threads": os_thread_count()}
 
 
 def h_sample(st: ChildState, msg: dict) -> dict:
@@ -359,6 +365,7 @@ HANDLERS = {
     "calibrate": h_calibrate,
     "configure": h_configure,
     "probe_graphs": h_probe_graphs,
+    "release": h_release,
     "prepare": h_prepare,
     "sample": h_sample,
     "fingerprint": h_fingerprint,

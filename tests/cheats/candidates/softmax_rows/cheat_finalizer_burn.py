@@ -1,9 +1,8 @@
 """CHEAT (a finalizer that burns CPU when the harness frees its output): every output carries a
 ``weakref.finalize`` that spins for 3 ms. In a harness that times both arms in one process and frees the
 candidate's outputs while the baseline is timed, that is the baseline's time.
-Caught by: the outputs are freed in the candidate's own sandbox, where the baseline never runs -- at the start of
-the next round's input preparation -- and the controller compares the CPU each sandbox spent preparing the same
-inputs (integrity: the idle gate)."""
+Gains nothing: the outputs are freed in the candidate's own sandbox, where the baseline never runs, between
+rounds, while nothing is timed (the release step of sandbox/child.py, whose CPU is reported but not compared)."""
 import time
 import weakref
 

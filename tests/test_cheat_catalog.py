@@ -313,12 +313,12 @@ def _describe(it: dict) -> str:
             f"reason: {it['reason']}")
 
 
-@pytest.mark.parametrize("case", [c for c in CATALOG if c.session != "store"], ids=lambda c: c.id)
 def _has_cgroup(run: "SessionRun") -> bool:
     iso = (run.report.get("run") or {}).get("isolation") or {}
     return str(iso.get("limits", "")).startswith("cgroup")
 
 
+@pytest.mark.parametrize("case", [c for c in CATALOG if c.session != "store"], ids=lambda c: c.id)
 def test_catalog(sessions, case: Case) -> None:
     run = sessions(case.session)
     if case.needs_cgroup and not _has_cgroup(run):

@@ -48,7 +48,7 @@ CHEATS = Path(__file__).resolve().parent / "cheats"
 
 #: (problem, candidate) of the honest candidate that "gains nothing" cheats are compared with
 REFERENCE_HONEST = ("softmax_rows", "honest_fused")
-#: a "gains nothing" cheat may measure this much above the honest candidate's CI high (sessions are noisy)
+#: a "gains nothing" cheat's CI low may sit this much above the honest candidate's CI high (sessions are noisy)
 GAIN_MARGIN = 1.10
 
 
@@ -200,8 +200,10 @@ GPU_CHEATS = sorted((CHEATS / "gpu").rglob("cheat_*.py"))
 GPU_PROTOCOL = {"probes.max_examples": "0", "probes.shape_examples": "0"}
 
 SESSION_PROTOCOL = {
-    # the protocol's own integrity limits and sample size (the wall-clock rule allows a share of a sample)
-    "main": {"timing.min_sample_s": "0.002"},
+    # the protocol's own integrity limits, sample size and pairs: the wall-clock rule allows a share of a sample
+    # plus three standard errors, which with 8 pairs on a loaded machine came within 10% of what
+    # cheat_clock_between_checks hides (0.5 ms per halved sample)
+    "main": {"timing.min_sample_s": "0.002", "timing.min_pairs": "16"},
     # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit
     # the memory limit is reached in six 256 MiB allocations, well inside the timeout even under load
     "limits": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.timeout_s": "10.0",
@@ -329,9 +331,11 @@ def test_catalog(sessions, case: Case) -> None:
         if it["verdict"] == "accepted":
             honest = run.items.get(REFERENCE_HONEST)
             assert honest is not None and honest["verdict"] == "accepted", "the honest reference must be accepted"
+            # a gain is a CI entirely above the honest candidate's (x the margin): two items of one noisy
+            # session, measured minutes apart, differ by more than their point estimates say
             limit = honest["ci"][1] * GAIN_MARGIN
-            assert it["speedup"] <= limit, (
-                f"{case.name} gained: {it['speedup']:.2f}x, the honest {REFERENCE_HONEST[1]} has CI "
+            assert it["ci"][0] <= limit, (
+                f"{case.name} gained: {it['speedup']:.2f}x (CI {it['ci']}), the honest {REFERENCE_HONEST[1]} has CI "
                 f"{honest['ci']} (limit {limit:.2f}x)\n{_describe(it)}")
         else:
             assert it["verdict"] == "rejected" and it["gate"] in ("correctness", "probe", "integrity"), _describe(it)
@@ -415,8 +419,8 @@ def test_raw_insert_is_refused_and_the_store_verifies(sessions) -> None:
     run = sessions("raw")
     attempt = run.root / "candidates" / "softmax_rows" / "cheat_db_insert.attempt.txt"
     assert attempt.exists(), "the cheat never ran"
-    text = attempt.read_text()
-    assert text.startswith("refused: IntegrityError"), text
+    lines = attempt.read_text().splitlines()  # one attempt per sandbox that imported it
+    assert lines and all(line.startswith("refused: IntegrityError") for line in lines), lines
     with sqlite3.connect(str(_db(run))) as conn:
         rows = conn.execute("SELECT candidate, speedup FROM results").fetchall()
     assert rows, "the accepted items should have been recorded"
@@ -433,6 +437,7 @@ def test_forged_row_is_reported(sessions) -> None:
     run = sessions("store")
     attempt = run.root / "candidates" / "softmax_rows" / "cheat_db_forge.attempt.txt"
     assert attempt.exists(), "the cheat never ran"
+    # its first sandbox inserts the forged row; a later one meets its own row (UNIQUE run_id, nodeid)
     assert attempt.read_text().startswith("inserted"), attempt.read_text()
     assert "row_mac" in run.stdout + run.stderr, (run.stdout + run.stderr)[-3000:]
     v = _verify(_db(run))

@@ -226,7 +226,9 @@ def test_merge_exit_codes(tmp_path):
 
 
 def test_dispatcher_accepts_new_subcommands(capsys):
-    @cli.command
+    from pytest_autotune.commands import registry
+
+    @registry.command
     def _hello(sub):
         p = sub.add_parser("hello-test")
         p.set_defaults(func=lambda args: 0)
@@ -234,7 +236,7 @@ def test_dispatcher_accepts_new_subcommands(capsys):
     try:
         assert cli.main(["hello-test"]) == 0
     finally:
-        cli._COMMANDS.remove(_hello)
+        registry._COMMANDS.remove(_hello)
     with pytest.raises(SystemExit) as info:
         cli.main(["hello-test"])
     assert info.value.code == 2

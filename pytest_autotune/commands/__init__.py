@@ -1,4 +1,4 @@
-"""Subcommands of ``autotune`` beyond the store's own (cli.py): each module registers its parser with
-:func:`pytest_autotune.cli.command` when imported (docs/studies.md, docs/anchors.md)."""
+"""The subcommands of ``autotune`` (the dispatcher is cli.py): each module registers its parsers with
+:func:`.registry.command` when imported (docs/schema.md, docs/studies.md, docs/anchors.md)."""
 
-from . import anchors, audit, plot, remeasure, search, study  # noqa: F401
+from . import anchors, audit, plot, remeasure, search, store, study  # noqa: F401

@@ -391,6 +391,7 @@ class KernelFlow:
             "problem_sha256": item.problem_src.sha256, "candidate_sha256": cand_sha,
             "baseline_sha256": item.baseline_sha, "seeds": list(seeds), "sizes": item.sizes,
             "sandbox_pid": ctx.sandbox.pid if ctx.sandbox else 0, "device_index": env.device.index,
+            "device_uuid": env.device.fingerprint().get("uuid"),
         })
         timing = ctx.timing
         prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,

@@ -158,6 +158,9 @@ def builtin_keys() -> list[ProvenanceKey]:
                       required=False),
         ProvenanceKey("device_index", "item", int, "index of the device the item was measured on (xdist workers "
                       "on a multi-GPU host each own one)", _ctx("device_index"), required=False),
+        ProvenanceKey("device_uuid", "item", str, "the measuring device's own id where it has one (a GPU's UUID): "
+                      "which GPU an xdist worker timed on", _ctx("device_uuid"), required=False),
+        ProvenanceKey("worker", "item", str, "the xdist worker that measured it (gwN)", _ctx("worker"), required=False),
         ProvenanceKey("host", "item", str, "host that measured the item (remote xdist workers)",
                       lambda c: socket.gethostname()),
     ]

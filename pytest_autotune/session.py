@@ -141,18 +141,18 @@ class AutotuneSession:
         return self.device_spec.framework
 
     def _device_index(self) -> int:
-        """Under xdist on a multi-GPU host, worker gwN owns GPU N mod count."""
-        if self.opts.device != "cuda" or not self.is_worker:
+        """Under xdist on a host with several devices of the kind (GPUs), worker gwN owns index N mod their count:
+        its device object, golden outputs, sandboxes and timing lock all use it (docs/xdist.md)."""
+        if not self.is_worker:
             return 0
-        import torch
+        return self.worker_number() % max(self.device_spec.load().count(), 1)
 
-        wid = self.config.workerinput.get("workerid", "gw0")  # type: ignore[attr-defined]
-        n = torch.cuda.device_count()
-        try:
-            k = int(str(wid).lstrip("gw"))
-        except ValueError:
-            k = 0
-        return k % max(n, 1)
+    def worker_number(self) -> int:
+        """N of xdist worker gwN (0 for the controller or without xdist)."""
+        if not self.is_worker:
+            return 0
+        wid = str(self.config.workerinput.get("workerid", "gw0")).removeprefix("gw")  # type: ignore[attr-defined]
+        return int(wid) if wid.isdigit() else 0
 
     def _device_options(self) -> dict:
         if self.opts.device == "cuda":
@@ -255,7 +255,8 @@ class AutotuneSession:
             env = FlowEnv(
                 protocol=p, device_spec=self.device_spec, device=self.device, pool=pool, nonce=self.nonce,
                 gates=gates, measuring=self.opts.measuring, run_id=self.run_id, exploratory=self.exploratory,
-                item_provenance=lambda facts: collect(keys, "item", facts), lock=DeviceLock(self.device.lock_key),
+                item_provenance=lambda facts: collect(keys, "item", {**facts, "worker": self._worker_id()}),
+                lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
                 cpus=self._sandbox_cpus(),
             )
@@ -271,11 +272,10 @@ class AutotuneSession:
         if self.protocol.timing.pin != "same-cpu" or not hasattr(os, "sched_getaffinity"):
             return None
         allowed = sorted(os.sched_getaffinity(0))
-        worker = 0
-        if self.is_worker:
-            wid = str(self.config.workerinput.get("workerid", "gw0"))  # type: ignore[attr-defined]
-            worker = int(wid.lstrip("gw") or 0) if wid.lstrip("gw").isdigit() else 0
-        return [allowed[-1 - (worker % len(allowed))]]
+        return [allowed[-1 - (self.worker_number() % len(allowed))]]
+
+    def _worker_id(self) -> Optional[str]:
+        return str(self.config.workerinput.get("workerid")) if self.is_worker else None  # type: ignore[attr-defined]
 
     def isolation_provenance(self) -> Optional[dict]:
         """The jail of this process's sandboxes (None before the first one started)."""

@@ -273,8 +273,10 @@ def test_modification_surface_is_enforced(pytester: pytest.Pytester):
     assert "outside the modification surface" in res.stderr.str() and "suite/relu.py" in res.stderr.str()
 
 
-def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: pytest.Pytester):
-    """Issue 5: -n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item."""
+def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: pytest.Pytester, tmp_path, monkeypatch):
+    """Issue 5: -n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item.
+    Issue 13 on the CPU: the host is made to report two devices of the kind (as a two-GPU host does), so worker gwN
+    measures on index N mod 2 -- recorded in every row's provenance -- and times under that index's own lock."""
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/softmax.py", F.SOFTMAX)
     write(pytester.path, "suite/linear.py", F.LINEAR)
@@ -283,6 +285,10 @@ def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: p
     write(pytester.path, "suite/candidates/softmax/fused.py", F.CAND_SOFTMAX)
     write(pytester.path, "suite/candidates/linear/addmm.py", F.CAND_LINEAR)
     fast(pytester, **{"timing.item_budget_s": "0.3"})
+    pytester.makeconftest("from pytest_autotune.measure.devices.cpu import CpuDevice\n"
+                          "CpuDevice.count = classmethod(lambda cls: 2)  # a two-device host\n")
+    locks = tmp_path / "locks"
+    monkeypatch.setenv("PYTEST_AUTOTUNE_LOCK_DIR", str(locks))
     args = ["--problems=suite", "--autotune", "--autotune-exploratory"]
     pytester.runpytest_subprocess(*args, "-n", "0", "--autotune-json=r0.json", "--autotune-db=a.db")
     pytester.runpytest_subprocess(*args, "-n", "2", "--autotune-json=r2.json", "--autotune-db=b.db")
@@ -293,3 +299,12 @@ def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: p
     con = sqlite3.connect(pytester.path / "b.db")
     assert sorted(r[0] for r in con.execute("select nodeid from results")) == accepted
     assert con.execute("select count(*) from rejections").fetchone() == (1,)
+    # each worker on its own device index, never another's; its lock named after it
+    used = set()
+    for (prov,) in con.execute("select provenance from results"):
+        p = json.loads(prov)
+        assert p["worker"] in ("gw0", "gw1") and p["device_index"] == int(p["worker"][2:]) % 2, p
+        used.add(p["device_index"])
+    assert used and {f"cpu{i}.lock" for i in used} <= {f.name for f in locks.iterdir()}
+    for (prov,) in sqlite3.connect(pytester.path / "a.db").execute("select provenance from results"):
+        assert json.loads(prov)["device_index"] == 0 and json.loads(prov).get("worker") is None

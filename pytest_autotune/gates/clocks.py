@@ -5,14 +5,15 @@
   timed region on the same system-wide monotonic clock. The stamps must lie inside the window and no sample may
   last longer than its own bracket. The sensitive test asks whether time around the candidate's samples went
   unreported. On the CPU device the kernel's clocks of the sandbox's main thread decide
-  (``/proc/PID/task/PID/schedstat``): for a candidate sample, its CPU time during the controller's window minus
-  the reported sample -- preemption can only lower that (the reported wall time grows, the CPU time does not), a
-  clock that runs slow raises it by what it hid; for the baseline, CPU time plus run-queue time minus the reported
-  sample -- the harness's own work around a sample, with preemption inside the sample cancelled out. The
-  candidate's upper quartile may exceed the baseline's median by at most ``wall_clock_hidden_abs_s`` +
-  ``wall_clock_hidden_rel`` x the sample + three standard errors (from each arm's spread around its own
-  median). So an honest candidate reads at most zero however loaded the machine, and a cheat that acts in more
-  than a quarter of its samples -- it must act in most, to move the median of the paired ratios -- is seen.
+  (``/proc/PID/task/PID/schedstat``): for every sample, its running time plus its run-queue time during the
+  controller's window, minus the reported sample -- the harness's own work around the sample, with preemption
+  inside it cancelled out (a preempted sample reports more wall time and shows as much more waiting). A clock that
+  runs slow raises it by what it hid, however loaded the machine: an earlier rule that left the candidate's
+  run-queue time out let preemption mask the hidden time, and a clock halving every other sample passed on a
+  machine at load 3. The candidate's upper quartile may exceed the baseline's upper quartile by at most
+  ``wall_clock_hidden_abs_s`` + ``wall_clock_hidden_rel`` x the sample + three standard errors (bootstrapped
+  from both arms' samples): a cheat that acts in more than a quarter of its samples -- it must act in most,
+  to move the median of the paired ratios -- is seen.
   Elsewhere (a dedicated GPU host, where a sample waits for the device) both arms' medians of the controller's
   window minus the reported sample are compared.
 - device clock (CUDA): event time against host time with a device-wide synchronisation, candidate against
@@ -58,7 +59,7 @@ class WallClockGate(Gate):
                         continue
                     if s.host_seconds > (t1 - t0) * 1e-9 + self.SKEW_S:
                         fast += 1
-                u = _unreported(s, by_cpu, with_wait=s.arm == "A")
+                u = _unreported(s, by_cpu)
                 if u is not None:
                     unreported[s.arm].append(u)
         n_b = sum(len(r.candidate) for r in ev.rounds)
@@ -66,12 +67,10 @@ class WallClockGate(Gate):
         sample_b = statistics.median(s.host_seconds for r in ev.rounds for s in r.candidate)
         ua, ub = unreported["A"], unreported["B"]
         q = self.QUANTILE if by_cpu else 0.5
-        med = _quantile(ub, q) - _quantile(ua, 0.5) if len(ua) > 1 and len(ub) > 1 else None
-        # standard error of that difference (about 1.36 sigma / sqrt(n) for an upper quartile, 1.25 for a median),
-        # sigma estimated robustly from each arm's spread around its own median; three of them
-        spread = _mad([u - statistics.median(ua) for u in ua] + [u - statistics.median(ub) for u in ub]) if (
-            ua and ub) else 0.0
-        noise = 3.0 * 1.36 * 1.4826 * spread * math.sqrt(1 / max(len(ua), 1) + 1 / max(len(ub), 1))
+        med = _quantile(ub, q) - _quantile(ua, q) if len(ua) > 1 and len(ub) > 1 else None
+        # three standard errors of that difference, bootstrapped: preemption around a sample comes in bursts (most
+        # samples none, some milliseconds), for which a spread around the median says nothing
+        noise = 3.0 * _bootstrap_sd(ua, ub, q) if len(ua) > 1 and len(ub) > 1 else 0.0
         allowed = integ.wall_clock_hidden_abs_s + integ.wall_clock_hidden_rel * sample_b + noise
         ctx.evidence.wall_clock = {"samples": n_b, "skewed": skewed, "fast": fast, "noise_s": noise,
                                      "measured_against": "main thread run + wait" if by_cpu else "controller window",
@@ -102,21 +101,28 @@ def _quantile(values: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _mad(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    m = statistics.median(values)
-    return statistics.median(abs(v - m) for v in values)
+#: bootstrap resamples of the quantile difference (seeded: the same samples always give the same verdict)
+BOOTSTRAP = 400
 
 
-def _unreported(s, by_cpu: bool, with_wait: bool) -> Optional[float]:
-    """Time around a sample that the sample does not account for: the main thread's running time (plus, with
-    ``with_wait``, its run-queue time) on the CPU device, the controller's window elsewhere, minus the sample's own
-    host time."""
+def _bootstrap_sd(a: list[float], b: list[float], q: float) -> float:
+    """Standard deviation of quantile(b, q) - quantile(a, q) over resamples of each arm."""
+    import numpy as np
+
+    rng = np.random.default_rng(len(a) * 1_000_003 + len(b))
+    xa, xb = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    qa = np.quantile(xa[rng.integers(0, len(xa), size=(BOOTSTRAP, len(xa)))], q, axis=1)
+    qb = np.quantile(xb[rng.integers(0, len(xb), size=(BOOTSTRAP, len(xb)))], q, axis=1)
+    return float(np.std(qb - qa))
+
+
+def _unreported(s, by_cpu: bool) -> Optional[float]:
+    """Time around a sample that the sample does not account for: the main thread's running plus run-queue time
+    on the CPU device, the controller's window elsewhere, minus the sample's own host time."""
     if by_cpu:
-        if s.main_cpu_s is None or (with_wait and s.main_wait_s is None):
+        if s.main_cpu_s is None or s.main_wait_s is None:
             return None
-        return s.main_cpu_s + (s.main_wait_s if with_wait else 0.0) - s.host_seconds
+        return s.main_cpu_s + s.main_wait_s - s.host_seconds
     return (s.window_ns[1] - s.window_ns[0]) * 1e-9 - s.host_seconds
 
 

@@ -50,6 +50,11 @@ class Device(abc.ABC):
         """``None`` if usable here, else why not and what to do (checked before collection)."""
         return None
 
+    @classmethod
+    def count(cls) -> int:
+        """Devices of this kind on this host: xdist worker gwN measures on index N mod count (docs/xdist.md)."""
+        return 1
+
     def fingerprint(self) -> dict[str, Any]:
         return {"device": self.name, "machine": platform.machine(), "processor": platform.processor()}
 

@@ -106,6 +106,10 @@ class CudaDevice(Device):
             )
         return None
 
+    @classmethod
+    def count(cls) -> int:
+        return torch.cuda.device_count()
+
     @property
     def torch_device(self) -> torch.device:
         return torch.device("cuda", self.index)

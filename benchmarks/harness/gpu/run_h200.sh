@@ -8,6 +8,8 @@
 #   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement
 #   bash benchmarks/harness/gpu/run_h200.sh aa-spread  # GPU cheats, then the 130 us A/A yardstick N times with fresh
 #                                                      #   timing sandboxes and with the correctness sandbox reused
+#   bash benchmarks/harness/gpu/run_h200.sh xdist      # two-GPU host (issue 13): the suite with -n 0, then -n 2, both
+#                                                      #   stores verified, compared by xdist_compare.py; jail check
 #
 # Run from the repository root. Wheels of packages the host lacks (sqlite-utils and its pure-Python needs) are taken
 # from .whl/ when present. Everything lands in $OUT (default /tmp/h200-out) as it is produced, so a call cut short
@@ -32,9 +34,9 @@ run() { say "\$ $*"; "$@" >>"$LOG" 2>&1; local rc=$?; say "  -> rc=$rc"; return 
 
 # ---- install: carried wheels, then the project itself (editable, so its pytest11 entry point is registered)
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PWD/.site" .whl/*.whl \
     >>"$LOG" 2>&1 || say "wheel install failed"
-  export PYTHONPATH="/tmp/site:$PWD:$PWD/$HERE${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="$PWD/.site:$PWD:$PWD/$HERE${PYTHONPATH:+:$PYTHONPATH}"
 else
   export PYTHONPATH="$PWD:$PWD/$HERE${PYTHONPATH:+:$PYTHONPATH}"
 fi
@@ -95,6 +97,14 @@ for it in json.load(open(sys.argv[1]))['items']:
     print(sys.argv[2], it['problem'], it['verdict'], it.get('speedup'), ci, (d.get('timing') or {}).get('calls_per_sample'), round(d.get('item_seconds',0),1))
 " "$OUT/aa-$v.json" "$v" 2>&1 | tee -a "$LOG"
   done
+  ;;
+xdist)
+  nvidia-smi -L >>"$LOG" 2>&1
+  S0=$(date +%s); RUN_TIMEOUT="${RUN_TIMEOUT_N0:-170}" suite n0 -n 0; say "wall -n 0: $(( $(date +%s) - S0 )) s"
+  S2=$(date +%s); RUN_TIMEOUT="${RUN_TIMEOUT_N2:-130}" suite n2 -n 2; say "wall -n 2: $(( $(date +%s) - S2 )) s"
+  for n in n0 n2; do run timeout 60 python3 -m pytest_autotune.cli verify --db "/tmp/$n.db"; done
+  python3 "$HERE/xdist_compare.py" "$OUT" 2>&1 | tee -a "$LOG"
+  [ -f "$HERE/jail_check.py" ] && run timeout "${JAIL_TIMEOUT:-40}" python3 "$HERE/jail_check.py" --quick --json "$OUT/jail_check.json"
   ;;
 remeasure)
   suite run2

@@ -223,7 +223,10 @@ _FIX = {
     "seccomp": ("libseccomp's Python bindings or the kernel's seccomp filter are missing",
                 "pip install pyseccomp (and apt-get install libseccomp2)"),
     "limits": ("no writable cgroup and no rlimit that reaches only the sandbox",
-               "run as root, or delegate a cgroup v2 subtree with the memory and pids controllers to this user"),
+               "give this process a writable cgroup with the memory and pids controllers: as root, a cgroup v1 "
+               "hierarchy or a v2 subtree whose parent enables both (echo +memory +pids > cgroup.subtree_control); "
+               "as a normal user, a delegated v2 subtree (systemd-run --user -p Delegate=yes). Root's own rlimits "
+               "do not apply to root, so on CUDA (which keeps root's uid) only a cgroup limits the sandbox"),
 }
 
 

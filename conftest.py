@@ -1,7 +1,8 @@
 """The root conftest: what both tests/ and benchmarks/ rely on, and nothing else.
 
-- ``pytester``: the project's plugin tests drive whole pytest sessions with it. pytest honours ``pytest_plugins``
-  only in the root conftest, so it is requested here rather than in tests/conftest.py.
+- ``pytester``, which the project's plugin tests drive whole pytest sessions with, is loaded by ``-p pytester`` in
+  pyproject.toml, not by ``pytest_plugins`` here: a test that collects the bundled benchmarks from a pytester
+  directory loads this file as a non-root conftest, where pytest refuses ``pytest_plugins``.
 - the ``gpu`` marker (declared in pyproject.toml): an item so marked is skipped, with the reason, where torch sees
   no CUDA device -- CI has none; the same items run on a GPU host (benchmarks/harness/gpu/run_h200.sh).
   torch is imported only when such an item was collected, so ``pytest --help`` stays light.
@@ -10,8 +11,6 @@
 from __future__ import annotations
 
 import pytest
-
-pytest_plugins = ["pytester"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

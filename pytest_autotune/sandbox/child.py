@@ -302,7 +302,10 @@ def _prints(st: ChildState, msg: Optional[dict]) -> list:
         return []
     gen = torch.Generator().manual_seed(int(msg["positions_seed"]))
     n = int(msg.get("n_positions", 64))
-    return [fingerprint(out, gen, n) for out in st.kept]
+    # MLX arrays are read through host torch copies (unified memory: a copy, no transfer); torch outputs are
+    # summarised where they live
+    outs = st.kept if st.framework == "torch" else [st.device.to_host(o) for o in st.kept]
+    return [fingerprint(out, gen, n) for out in outs]
 
 
 def h_release(st: ChildState, msg: dict) -> dict:

@@ -131,7 +131,28 @@ def _session_view(hide: tuple[str, ...], expose: tuple[str, ...] = ()) -> None:
 def _expose(paths: tuple[str, ...]) -> None:
     """Make ``paths`` reachable by an unprivileged uid without changing a file: where an ancestor denies others
     passage (``/root`` is 0700 and pyenv lives in ``/root/.pyenv``), cover that ancestor with an empty tmpfs
-    (0755) and bind back only the children the paths go through. The rest of that ancestor is hidden."""
+    (0755) and bind back only the children the paths go through. The rest of that ancestor is hidden. A child bound
+    back may itself deny passage (a checkout in ``/root/ci/work``): the next pass covers it the same way, until
+    every ancestor of every path lets others through."""
+    for _ in range(64):  # one level of closed ancestors per pass; a path has far fewer levels
+        covers = _closed_ancestors(paths)
+        if not covers:
+            return
+        for anc, children in sorted(covers.items()):
+            fds = {c: os.open(os.path.join(anc, c), os.O_PATH) for c in sorted(children)}
+            linux.mount("tmpfs", anc, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=64k,mode=755")
+            for c, fd in fds.items():
+                target = os.path.join(anc, c)
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.mkdir(target, 0o755)
+                else:
+                    os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o444))
+                linux.mount(f"/proc/self/fd/{fd}", target, None, linux.MS_BIND | linux.MS_REC)
+                os.close(fd)
+
+
+def _closed_ancestors(paths: tuple[str, ...]) -> dict[str, set[str]]:
+    """For each path, its shallowest ancestor that others may not pass, with the child the path goes through."""
     covers: dict[str, set[str]] = {}
     for p in paths:
         parts = Path(os.path.realpath(p)).parts
@@ -140,17 +161,7 @@ def _expose(paths: tuple[str, ...]) -> None:
             if not os.stat(anc).st_mode & 0o001:
                 covers.setdefault(anc, set()).add(parts[i + 1])
                 break
-    for anc, children in sorted(covers.items()):
-        fds = {c: os.open(os.path.join(anc, c), os.O_PATH) for c in sorted(children)}
-        linux.mount("tmpfs", anc, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=64k,mode=755")
-        for c, fd in fds.items():
-            target = os.path.join(anc, c)
-            if os.path.isdir(f"/proc/self/fd/{fd}"):
-                os.mkdir(target, 0o755)
-            else:
-                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o444))
-            linux.mount(f"/proc/self/fd/{fd}", target, None, linux.MS_BIND | linux.MS_REC)
-            os.close(fd)
+    return covers
 
 
 #: device nodes a sandbox keeps (plus every /dev/nvidia*): no disks, no /dev/mem, no consoles -- a sandbox that

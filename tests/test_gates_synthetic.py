@@ -75,7 +75,7 @@ def test_wall_clock_passes_honest_rounds_on_a_quiet_machine():
 
 def test_wall_clock_is_not_fooled_by_preemption_of_long_baseline_samples():
     """A 100x faster candidate: the baseline's long samples are preempted often and long, the candidate's rarely.
-    Running + run-queue time covers a sample however much it was preempted, so nothing looks hidden."""
+    Preemption inside a sample adds to its report, not to its thread's CPU, so nothing looks hidden."""
     rng = random.Random(1)
 
     def make(r, pos, arm, g):
@@ -99,6 +99,32 @@ def test_wall_clock_refuses_a_clock_that_halves_most_candidate_samples(share):
 
     refused = WallClockGate().check(_ctx(_evidence(n, make)), "integrity")
     assert refused is not None and "time is missing" in refused.reason
+
+
+def test_wall_clock_sees_a_halved_sample_through_milliseconds_of_preemption():
+    """The catalog's cheat_clock_between_checks on a loaded machine (measured in CI: windows and run-queue time
+    swinging by several ms around 2 ms samples): the controller's window and the run-queue time both drown a
+    1 ms cut; the main thread's CPU only ever loses time to preemption, and the samples the kernel saw run
+    unpreempted keep the cut whole. The same load on an honest candidate is not refused."""
+    rng = random.Random(3)
+
+    def load():
+        preempted = rng.random() < 0.5
+        return {"preempt_in": rng.choice([0.0, 0.003, 0.008]) if preempted else 0.0,
+                "preempt_out": rng.choice([0.0005, 0.005, 0.012]) if preempted else 0.0}
+
+    def cheat(r, pos, arm, g):
+        kw = {"work": 0.002, **load()}
+        if arm == "B" and g == "p2":  # its second sample of every round, at half its length
+            kw["reported"] = (kw["work"] + kw["preempt_in"]) / 2
+        return kw
+
+    refused = WallClockGate().check(_ctx(_evidence(16, cheat)), "integrity")
+    assert refused is not None and "time is missing" in refused.reason
+    for seed in range(20):
+        rng.seed(100 + seed)
+        honest = _evidence(16, lambda r, pos, arm, g: {"work": 0.004 if arm == "A" else 0.002, **load()})
+        assert WallClockGate().check(_ctx(honest), "integrity") is None, seed
 
 
 def test_wall_clock_refuses_stamps_outside_the_controllers_window():

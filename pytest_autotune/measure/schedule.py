@@ -238,6 +238,17 @@ def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float,
     return k, calibration, {"decision": mode, "sandboxes": infos}
 
 
+def _warm_round(drv: _Driver, seeds: SeedSource, k: int) -> float:
+    """An untimed round of k-call samples of both arms; the fastest sample's seconds."""
+    warm_round = {arm: {"cmd": "prepare", "p1": {"seed": seeds.seed("warm-round", 0), "count": k},
+                        "p2": {"seed": seeds.seed("warm-round", 1), "count": k}} for arm in drv.boxes}
+    drv.both({arm: {"cmd": "release", "fingerprint": None} for arm in drv.boxes}, "timing (warm-up round)",
+             spread=True)
+    drv.both(warm_round, "timing (warm-up round)", spread=True)
+    return min(drv.sample(arm, group, 0, "timing (warm-up round)").seconds
+               for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")))
+
+
 def _helpers_of(box: Sandbox) -> int:
     """Live processes of the candidate's sandbox besides its main one: from its cgroup where the jail made one
     (every descendant, ``setsid`` or double-forked included), else from its process group."""
@@ -256,16 +267,19 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
 
     warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
     k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, candidate_probe)
-    ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
-    warm_round = {arm: {"cmd": "prepare", "p1": {"seed": seeds.seed("warm-round", 0), "count": k},
-                        "p2": {"seed": seeds.seed("warm-round", 1), "count": k}} for arm in drv.boxes}
-    drv.both({arm: {"cmd": "release", "fingerprint": None} for arm in drv.boxes}, "timing (warm-up round)",
-             spread=True)
-    drv.both(warm_round, "timing (warm-up round)", spread=True)
-    for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")):
-        drv.sample(arm, group, 0, "timing (warm-up round)")
+    warm_per_call = _warm_round(drv, seeds, k) / k
+    if k * warm_per_call < plan.min_sample_s / 2 and choose_calls_per_sample(warm_per_call, plan) > k:
+        # calibration ran cold or under load and over-estimated a call: samples this short would leave the harness's
+        # own per-sample work (and the wall-clock rule's noise) as large as the calls. k again from the warm round.
+        calibration["rederived_from_warm_round"] = {"k_calibrated": k, "per_call_s": warm_per_call}
+        k = choose_calls_per_sample(warm_per_call, plan)
+        conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode["decision"]} for arm in drv.boxes},
+                        "configure")
+        mode = {**mode, "sandboxes": {arm: c.get("timing_info") or {} for arm, c in conf.items()}}
+        _warm_round(drv, seeds, k)
+    ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
     budget = plan.item_budget_s * budget_scale
     n_seed = 0
     prints_of: Optional[RoundRecord] = None

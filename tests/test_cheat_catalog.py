@@ -136,8 +136,12 @@ CATALOG: list[Case] = [
          "golden outputs only in the controller (flow.py _Golden); baseline outputs scrubbed"),
     Case("softmax_rows", "cheat_empty_like", "main", R, ("correctness",), r"outside tolerance|NaN",
          "correctness gate; baseline outputs scrubbed before they are freed"),
-    Case("softmax_rows", "cheat_empty_like_timed", "main", R, ("integrity",), r"timed round \d+, candidate call",
-         "baseline outputs scrubbed (sandbox/child.py h_go) + timed-outputs check"),
+    # never writing its outputs leaves pages the baseline's sandbox touched untouched in its own, so building the
+    # next inputs can cost it first-touch faults: the prepare-CPU rule may fire before the fingerprints do (both
+    # are correct refusals of this cheat; which comes first depends on the machine's memory state)
+    Case("softmax_rows", "cheat_empty_like_timed", "main", R, ("integrity",),
+         r"timed round \d+, candidate call|building a round's inputs cost the candidate's sandbox",
+         "timed-outputs check (fingerprints of timed outputs against golden outputs); idle/prepare CPU"),
     Case("softmax_rows", "cheat_call_counter", "main", R, ("integrity",), r"timed round \d+, candidate call",
          "timed-outputs check on rounds chosen after the fact (gates/integrity.py TimedOutputsGate)"),
     # ---------------------------------------------------------------- candidate code outside its own calls

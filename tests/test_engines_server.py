@@ -38,7 +38,7 @@ def test_server_tree_is_stopped_including_an_escaped_grandchild(tmp_path):
     supervisor (a child subreaper) still finds and kills every one of them."""
     esc, pid = tmp_path / "esc.pid", tmp_path / "srv.pid"
     with fake(tmp_path, "--children", "2", "--escape", str(esc), "--pidfile", str(pid)) as s:
-        assert wait_until(esc.exists, 5)
+        assert wait_until(lambda: _written(esc) and _written(pid), 5)
         server_pid, escapee = int(pid.read_text()), int(esc.read_text())
         assert alive(server_pid) and alive(escapee)
         assert os.getsid(escapee) != os.getsid(server_pid)  # it left the server's session and process group
@@ -176,7 +176,9 @@ def test_no_server_survives_when_pytest_dies(tmp_path, fast_protocol):
     try:
         pids = {}
         for sig, (base, esc, proc) in runs.items():
-            assert wait_until(esc.exists, 90), f"{sig.name}: the fake server never started"
+            # the files are written after they are created: wait for their contents, not their names
+            assert wait_until(lambda: _written(esc) and _written(base / "srv.pid"), 90), \
+                f"{sig.name}: the fake server never started"
             pids[sig] = (int((base / "srv.pid").read_text()), int(esc.read_text()))
         time.sleep(1.0)  # requests in flight
         for sig, (base, esc, proc) in runs.items():
@@ -195,3 +197,11 @@ def test_no_server_survives_when_pytest_dies(tmp_path, fast_protocol):
         assert gone, f"{sig.name}: survivors {processes_matching(str(base))}\n{out[-3000:]}"
         if sig == signal.SIGINT:
             assert "KeyboardInterrupt" in out, out[-3000:]
+
+
+def _written(path) -> bool:
+    """``path`` exists and holds a whole number (a pid file being written reads empty for a moment)."""
+    try:
+        return path.read_text().strip().isdigit()
+    except OSError:
+        return False

@@ -156,13 +156,19 @@ class Handler(BaseHTTPRequestHandler):
             SLOTS.release()
 
 
+def write_pid(path: str) -> None:
+    """Whole or not at all: a reader polling for the file never sees it empty."""
+    with open(path + ".part", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".part", path)
+
+
 def spawn_escapee(pidfile: str) -> None:
     """A grandchild in its own session (setsid + double fork): outside the server's process group."""
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            with open(pidfile, "w") as f:
-                f.write(str(os.getpid()))
+            write_pid(pidfile)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             while True:
                 time.sleep(1)
@@ -178,8 +184,7 @@ def spawn_children(n: int) -> None:
 
 def main() -> None:
     if ARGS.pidfile:
-        with open(ARGS.pidfile, "w") as f:
-            f.write(str(os.getpid()))
+        write_pid(ARGS.pidfile)
     if ARGS.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake server starting: {json.dumps(vars(ARGS), sort_keys=True)}", flush=True)

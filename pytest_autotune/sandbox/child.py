@@ -243,7 +243,7 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
                        if isinstance(o, torch.Tensor) and not bits_equal(x, o)]
         results.append({
             "output": handles, "recheck": recheck, "structure": structure(out), "location": location,
-            "mutated_inputs": mutated, "new_threads": os_thread_count() - threads0,
+            "mutated_inputs": mutated, "new_threads": _new_threads_after(threads0, THREAD_SETTLE_S),
         })
         st.exported.append(out)  # alive until the controller's next request: it may be reading it
         del inputs, originals
@@ -306,6 +306,23 @@ def _prints(st: ChildState, msg: Optional[dict]) -> list:
     # summarised where they live
     outs = st.kept if st.framework == "torch" else [st.device.to_host(o) for o in st.kept]
     return [fingerprint(out, gen, n) for out in outs]
+
+
+#: how long a thread the candidate started may take to finish after its call returned before it counts as left
+#: running (correctness calls only: nothing is timed then; during timing, threads are counted per sample and their
+#: CPU between requests is idle CPU). torch.compile's first call starts short-lived helper threads that a loaded
+#: machine can leave alive for a few hundred milliseconds.
+THREAD_SETTLE_S = 2.0
+
+
+def _new_threads_after(threads0: int, within_s: float) -> int:
+    """Threads beyond ``threads0`` still alive once they had ``within_s`` to finish (returns as soon as none are)."""
+    deadline = time.monotonic() + within_s
+    new = os_thread_count() - threads0
+    while new > 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        new = os_thread_count() - threads0
+    return new
 
 
 def h_release(st: ChildState, msg: dict) -> dict:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import StoreError
 from .migrations import SCHEMA_VERSION
-from .opening import check_file, connect, inspect, store_error_from
+from .opening import check_file, connect, inspect_store, store_error_from
 from .template import apply_migrations as _apply_migrations
 from .template import memory_connection
 from .verify import VerifyReport, verify_connection
@@ -38,7 +38,7 @@ class ResultStore(StoreWriter):
         check_file(p, readonly)
         conn = connect(p, readonly, busy_timeout_s)
         try:
-            version = inspect(conn, p, SCHEMA_VERSION)
+            version = inspect_store(conn, p, SCHEMA_VERSION)
             if readonly:
                 if version < SCHEMA_VERSION:
                     raise StoreError(

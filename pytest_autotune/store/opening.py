@@ -14,7 +14,7 @@ from ..errors import StoreError
 from .migrations import APPLICATION_ID
 from .template import template_schema
 
-__all__ = ["check_file", "connect", "inspect", "store_error_from"]
+__all__ = ["check_file", "connect", "inspect_store", "store_error_from"]
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -114,7 +114,7 @@ def connect(p: Path, readonly: bool, busy_timeout_s: float) -> sqlite3.Connectio
     return conn
 
 
-def inspect(conn: sqlite3.Connection, p: Path, schema_version: int) -> int:
+def inspect_store(conn: sqlite3.Connection, p: Path, schema_version: int) -> int:
     """Read-only checks on an opened file: a store (or an empty file) of at most ``schema_version``, not damaged.
     Returns its user_version."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]

@@ -6,11 +6,14 @@ Only the controller process writes, through :class:`ResultStore`; xdist workers 
 
 from __future__ import annotations
 
-from .db import ResultStore, dry_run_insert, refusal_from, rule_of, utc_now
+from .db import ResultStore
+from .dry_run import dry_run_insert
 from .hashing import canonical_row, nonce_commitment, row_hash, row_mac
 from .merge import MergeReport, merge_databases
-from .schema import SCHEMA_VERSION
+from .migrations import SCHEMA_VERSION
+from .refusals import refusal_from, rule_of
 from .verify import VerifyReport
+from .writer import utc_now
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -4,8 +4,8 @@
   ``prev_hash``, ``row_hash`` and ``row_mac`` (for ``runs`` also ``finished_at`` and ``nonce``, which are written
   at finish), each value normalised by the column's declared type (REAL -> float, INTEGER -> int, TEXT -> str,
   NULL -> None), so that the row ``verify`` reads back from SQLite hashes exactly like the row the writer hashed.
-  Columns added by a later migration (``schema.HASH_OMIT_NULL``: ``results.retest_of``, ``transfer_ratio``) are
-  left out while NULL, so rows written before the migration keep their hashes and MACs.
+  Columns added by a later migration (:func:`.columns.hash_omit_null`: ``results.retest_of``, ``transfer_ratio``,
+  ...) are left out while NULL, so rows written before the migration keep their hashes and MACs.
 * ``row_hash = sha256(prev_hash_hex + canonical_row)`` (hex), ``prev_hash`` is the previous row's ``row_hash`` in
   the same table (64 zeros for the first row).
 * ``row_mac = HMAC-SHA256(nonce, canonical_row)`` (hex), keyed with the run's secret 32-byte nonce, which is
@@ -23,7 +23,7 @@ from typing import Any
 
 from ..result import canonical_json
 from ..seeds import nonce_commitment  # the one definition (re-exported: store users import it from here)
-from .schema import COLUMN_TYPES, HASH_EXCLUDED, HASH_OMIT_NULL, ZERO_HASH
+from .columns import ZERO_HASH, column_types, hash_excluded, hash_omit_null
 
 __all__ = [
     "ZERO_HASH",
@@ -82,9 +82,9 @@ def _dumps(values: dict[str, Any]) -> str:
 
 def canonical_row(table: str, row: Mapping[str, Any]) -> str:
     """The canonical JSON of ``row`` (a row of ``table``), as hashed and MACed."""
-    types = COLUMN_TYPES[table]
-    excluded = HASH_EXCLUDED[table]
-    omit_null = HASH_OMIT_NULL[table]
+    types = column_types(table)
+    excluded = hash_excluded(table)
+    omit_null = hash_omit_null(table)
     values = {}
     for col, ty in types.items():
         if col in excluded:

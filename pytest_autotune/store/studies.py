@@ -18,24 +18,23 @@ def record_registration(store: ResultStore, row: dict[str, Any], *, nonce: bytes
 
 
 def registration(store: ResultStore, study: str) -> Optional[dict]:
-    r = store._conn.execute("SELECT * FROM study_registrations WHERE study = ?", [study]).fetchone()
-    return dict(r) if r is not None else None
+    return store.select_one("SELECT * FROM study_registrations WHERE study = ?", [study])
 
 
 def study_names(store: ResultStore) -> list[str]:
-    rows = store._conn.execute(
+    rows = store.select(
         "SELECT study FROM (SELECT study, min(id) AS first FROM study_registrations GROUP BY study) ORDER BY first")
-    return [r[0] for r in rows]
+    return [r["study"] for r in rows]
 
 
 def study_rows(store: ResultStore, study: str) -> dict[str, list[dict]]:
     """Every results, quarantine and rejections row of ``study`` (by id), each with its run's row id order."""
     out: dict[str, list[dict]] = {}
     for table in ("results", "quarantine", "rejections"):
-        out[table] = [dict(r) for r in store._conn.execute(
+        out[table] = store.select(
             f"SELECT t.*, r.started_at AS run_started_at, r.exploratory AS run_exploratory FROM {table} AS t "
             "JOIN runs AS r ON r.run_id = t.run_id "
-            "WHERE t.study = ? ORDER BY t.id", [study])]
+            "WHERE t.study = ? ORDER BY t.id", [study])
     return out
 
 
@@ -44,31 +43,29 @@ def record_verdict(store: ResultStore, row: dict[str, Any]) -> int:
 
 
 def verdicts(store: ResultStore, study: str) -> list[dict]:
-    return [dict(r) for r in store._conn.execute("SELECT * FROM study_verdicts WHERE study = ? ORDER BY id",
-                                                 [study])]
+    return store.select("SELECT * FROM study_verdicts WHERE study = ? ORDER BY id", [study])
 
 
 def remeasured_rows(store: ResultStore, run_id: str) -> list[dict]:
     """Results rows of ``run_id`` that re-measure an earlier row, each joined with the row it re-measures
     (columns of the original prefixed ``orig_``)."""
-    rows = store._conn.execute(
+    return store.select(
         "SELECT n.*, o.id AS orig_id, o.run_id AS orig_run_id, o.speedup AS orig_speedup, o.ci_low AS orig_ci_low, "
         "o.ci_high AS orig_ci_high, o.candidate_s AS orig_candidate_s, o.baseline_s AS orig_baseline_s, "
         "o.baseline AS orig_baseline, o.n_pairs AS orig_n_pairs FROM results AS n "
         "JOIN results AS o ON 'results:' || o.id = n.remeasure_of WHERE n.run_id = ? ORDER BY n.id", [run_id])
-    return [dict(r) for r in rows]
 
 
 def last_iteration(store: ResultStore, study: str, arm: str, problem: str) -> int:
     """The highest iteration an arm recorded on a problem (results or refusals), 0 when none."""
     last = 0
     for table in ("results", "rejections"):
-        r = store._conn.execute(f"SELECT max(iteration) FROM {table} WHERE study = ? AND arm = ? AND problem = ?",
-                                [study, arm, problem]).fetchone()
-        last = max(last, r[0] or 0)
+        r = store.select(f"SELECT max(iteration) AS last FROM {table} WHERE study = ? AND arm = ? AND problem = ?",
+                         [study, arm, problem])
+        last = max(last, r[0]["last"] or 0)
     return last
 
 
 def study_results(store: ResultStore, study: str) -> list[dict]:
     """The accepted results of a study, oldest first."""
-    return [dict(r) for r in store._conn.execute("SELECT * FROM results WHERE study = ? ORDER BY id", [study])]
+    return store.select("SELECT * FROM results WHERE study = ? ORDER BY id", [study])

@@ -4,8 +4,8 @@ Checks, in order (each failure is a *problem*; things that are fine but worth kn
 
 1. ``PRAGMA integrity_check``.
 2. ``user_version`` is this package's ``SCHEMA_VERSION``.
-3. every table and trigger of the schema exists with its exact SQL (a dropped or edited trigger means the
-   validator was bypassable), and no unknown trigger sits on the store's tables.
+3. every table and trigger of the schema exists with its exact SQL, as the migrated template stores it (a dropped
+   or edited trigger means the validator was bypassable), and no unknown trigger sits on the store's tables.
 4. every ``protocols`` row: sha256(body) is its key and the parameters the validator reads match the body.
 5. every hash chain (runs, results, quarantine, rejections, quarantine_releases): each ``row_hash`` recomputed
    from the row's content, each ``prev_hash`` the previous row's ``row_hash``, and ``chain_state`` (head and
@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 
 from ..errors import ProtocolError
 from ..protocol import parse_protocol
-from .hashing import ZERO_HASH, canonical_row, nonce_commitment, row_hash, row_mac
-from .schema import CHAINED_TABLES, EXPECTED_SCHEMA, MAC_TABLES, OWN_TABLES, SCHEMA_VERSION, TRIGGER_RULES
+from .columns import ZERO_HASH, chained_tables, mac_tables, own_tables
+from .hashing import canonical_row, nonce_commitment, row_hash, row_mac
+from .migrations import SCHEMA_VERSION
+from .replay import replay_problems
+from .template import template_schema
 
 __all__ = ["VerifyReport", "verify_connection"]
 
@@ -60,9 +63,13 @@ def _check_schema(conn: sqlite3.Connection, problems: list[str]) -> set[str]:
         (r[0], r[1]): (r[2], r[3])
         for r in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE type IN ('table', 'trigger')")
     }
-    for (kind, name), sql in EXPECTED_SCHEMA.items():
+    schema = template_schema()
+    expected = schema.expected
+    rules = schema.trigger_rules
+    own = own_tables()
+    for (kind, name), sql in expected.items():
         got = actual.get((kind, name))
-        what = f"rule {TRIGGER_RULES[name]}" if kind == "trigger" and name in TRIGGER_RULES else "the hash chain"
+        what = f"rule {rules[name]}" if kind == "trigger" and name in rules else "the hash chain"
         if got is None:
             if kind == "trigger":
                 problems.append(f"trigger {name} is missing (dropped?): {what} is not enforced by the database")
@@ -74,7 +81,7 @@ def _check_schema(conn: sqlite3.Connection, problems: list[str]) -> set[str]:
                 + (f"{what} may not be enforced" if kind == "trigger" else "its constraints may be gone")
             )
     for (kind, name), (tbl, _sql) in sorted(actual.items()):
-        if kind == "trigger" and (kind, name) not in EXPECTED_SCHEMA and tbl in OWN_TABLES:
+        if kind == "trigger" and (kind, name) not in expected and tbl in own:
             problems.append(f"unexpected trigger {name} on table {tbl}: it is not part of the schema")
     return {name for (kind, name) in actual if kind == "table"}
 
@@ -176,7 +183,7 @@ def _check_runs_and_macs(conn: sqlite3.Connection, problems: list[str], notes: l
             continue
         nonces[run_id] = nonce
     unchecked: dict[str, int] = {}
-    for table in MAC_TABLES:
+    for table in mac_tables():
         for r in conn.execute(f"SELECT * FROM {table} ORDER BY id"):
             run_id = r["run_id"]
             if run_id not in nonces:
@@ -213,19 +220,16 @@ def verify_connection(conn: sqlite3.Connection, label: str = "") -> VerifyReport
     if version != SCHEMA_VERSION:
         problems.append(f"user_version is {version}, expected schema {SCHEMA_VERSION}")
     tables = _check_schema(conn, problems)
-    missing = [t for t in OWN_TABLES if t not in tables]
+    missing = [t for t in own_tables() if t not in tables]
     if missing:
         problems.append(f"cannot check further: table(s) {', '.join(missing)} missing")
         return VerifyReport(ok=False, problems=problems, notes=notes, counts=counts)
 
     _check_protocols(conn, problems)
     counts["protocols"] = conn.execute("SELECT count(*) FROM protocols").fetchone()[0]
-    for table in CHAINED_TABLES:
+    for table in chained_tables():
         counts[table] = _check_chain(conn, table, problems)
     counts["runs_unfinished"] = _check_runs_and_macs(conn, problems, notes)
-
-    # replay through the validator (lazy import: merge imports this module)
-    from .merge import replay_problems
 
     problems.extend(replay_problems(conn, label))
     return VerifyReport(ok=not problems, problems=problems, notes=notes, counts=counts)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import AutotuneUsageError
-from ..store.schema import REMEASURE_RESULTS_PREFIX
+from ..store.columns import REMEASURE_RESULTS_PREFIX
 
 
 def claim(ci_low: Optional[float], ci_high: Optional[float]) -> str:

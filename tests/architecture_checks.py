@@ -5,6 +5,8 @@ An import counts wherever it is written (module level, inside a function, inside
 ``if TYPE_CHECKING:``, which never runs. ``from . import x`` counts as an import of the submodule ``x`` when there
 is one; ``from .a import b`` counts as ``a.b`` when ``b`` is a submodule, else as ``a``. Only imports of modules of
 the package itself are edges; a parent package's ``__init__`` is not counted as imported by ``import a.b``.
+Imports by name at run time (``importlib.import_module``, a device's ``"module:Class"`` target, ``python -m``
+in a subprocess) are not statements and are not edges.
 """
 
 from __future__ import annotations

@@ -13,7 +13,11 @@ import torch
 
 from pytest_autotune.measure.devices import cuda as cuda_mod
 from pytest_autotune.measure.devices.cuda import CudaDevice
+from pytest_autotune.measure.devices.cuda import device as device_mod
+from pytest_autotune.measure.devices.cuda import fingerprint as fingerprint_mod
 from pytest_autotune.measure.devices.cuda import graphs as graphs_mod
+from pytest_autotune.measure.devices.cuda import timing as timing_mod
+from pytest_autotune.sandbox.tamper import TamperSnapshot
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(
@@ -79,7 +83,7 @@ def test_copy_tree_and_poison():
 def test_module_state_is_not_mutated_by_the_device():
     """The sandbox snapshots this module's globals and classes (tamper check): the device keeps its state on
     the instance, never in module globals."""
-    mods = (cuda_mod, graphs_mod)
+    mods = (cuda_mod, graphs_mod, device_mod, timing_mod, fingerprint_mod)
     before = [{k: v for k, v in vars(m).items() if not k.startswith("__")} for m in mods]
     dev = CudaDevice(options={"graph_below_s": 1e-5})
     dev.timing_info()
@@ -87,6 +91,20 @@ def test_module_state_is_not_mutated_by_the_device():
     after = [{k: v for k, v in vars(m).items() if not k.startswith("__")} for m in mods]
     for b, a in zip(before, after):
         assert b.keys() == a.keys() and all(b[k] is a[k] for k in b)
+
+
+def test_the_tamper_snapshot_watches_every_module_of_the_timing_code(monkeypatch):
+    """The sandbox snapshots ``Device.tamper_modules()`` (sandbox/child.py): the CUDA timing code lives in
+    device.py and timing.py, so both are watched -- a replaced graph helper or timing method is a tamper."""
+    dev = CudaDevice(options={"graph_below_s": 1e-5})
+    assert {m.__name__ for m in dev.tamper_modules()} >= {device_mod.__name__, timing_mod.__name__}
+    before = TamperSnapshot.take(dev.timer_functions(), dev.tamper_modules())
+    monkeypatch.setattr(timing_mod, "poison", lambda outputs: None)
+    monkeypatch.setattr(timing_mod.CudaTiming, "_timed_eager", lambda self, fn, batches: None)
+    changes = before.changes(TamperSnapshot.take(dev.timer_functions(), dev.tamper_modules()))
+    assert f"{timing_mod.__name__}.poison" in changes
+    assert f"{timing_mod.__name__}.CudaTiming._timed_eager" in changes
+    assert f"{device_mod.__name__}.CudaTiming._timed_eager" in changes
 
 
 # ------------------------------------------------------------------------------------- on a CUDA GPU

@@ -183,12 +183,12 @@ def _finish(name: str, root: Path, tmp: Path, files: list[Path], before: dict, l
 _AS_NOBODY = r"""
 import os, sys
 sys.path.insert(0, {repo!r})
-from pytest_autotune.sandbox import jail, jail_plan, linux
+from pytest_autotune.sandbox import jail_mounts, jail_plan, linux
 # as root, before becoming nobody: a mount namespace in which the interpreter (pyenv keeps it in /root, 0700)
 # is reachable by an unprivileged uid -- the same step the jail uses for its own sandbox uid
 linux.unshare(linux.CLONE_NEWNS)
 linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
-jail._expose(jail_plan.interpreter_paths())
+jail_mounts.expose_paths(jail_plan.interpreter_paths())
 os.setgroups([])
 os.setresgid({uid}, {uid}, {uid})
 os.setresuid({uid}, {uid}, {uid})

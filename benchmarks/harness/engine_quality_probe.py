@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from pytest_autotune.engines.adapters import builtin_adapters  # noqa: E402
 from pytest_autotune.engines.adapters.base import FlagSet  # noqa: E402
 from pytest_autotune.engines.install import cache_root, find_installation  # noqa: E402
+from pytest_autotune.engines.item import base_env  # noqa: E402
 from pytest_autotune.engines.loadgen import run_window  # noqa: E402
 from pytest_autotune.engines.metrics import parse_prometheus  # noqa: E402
 from pytest_autotune.engines.model import ModelSpec, make_model  # noqa: E402
 from pytest_autotune.engines.quality import token_agreement  # noqa: E402
-from pytest_autotune.engines.run import _base_env  # noqa: E402
 from pytest_autotune.engines.server import EngineServer  # noqa: E402
 from pytest_autotune.engines.workload import PromptBuilder, Workload, build_requests  # noqa: E402
 
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="quality-probe-"))
     for name, flags in configs.items():
         fl = FlagSet.of({**common, **flags})
-        env = {**_base_env(), **adapter.env(inst, logs), "VLLM_CPU_KVCACHE_SPACE": "1", **json.loads(args.env)}
+        env = {**base_env(), **adapter.env(inst, logs), "VLLM_CPU_KVCACHE_SPACE": "1", **json.loads(args.env)}
         log = logs / f"{name}.log"
         with EngineServer(lambda port: adapter.command(inst, model, "m", port, fl), env=env, log=log) as s:
             import httpx

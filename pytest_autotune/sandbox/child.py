@@ -114,7 +114,7 @@ class ChildState:
         if bool(init.get("disable_gc", True)):
             gc.disable()
         watched = [child_module, outputs_module, wire_module, inputs_module, self.problem.module,
-                   sys.modules[type(self.device).__module__]]
+                   *self.device.tamper_modules()]
         self.arm_cls = self._arm_class()
         self.snapshot = TamperSnapshot.take(self.device.timer_functions(), watched)
         self.threads_before_import = os_thread_count()

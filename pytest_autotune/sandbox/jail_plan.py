@@ -283,7 +283,7 @@ def probe(plan: JailPlan, timeout_s: float = 120.0) -> dict:
     # this package first, then whatever this process imports from (the seccomp bindings may come from PYTHONPATH)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])] + [p for p in sys.path if p])
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest_autotune.sandbox.jail", "probe"], env=env, check=False,
+        out = subprocess.run([sys.executable, "-m", "pytest_autotune.sandbox.jail_probe", "probe"], env=env, check=False,
                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"ok": False, "step": "jail", "error": f"the jail probe did not finish in {timeout_s:.0f} s"}

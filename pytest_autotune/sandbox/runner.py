@@ -6,146 +6,40 @@ sandbox elsewhere. :class:`Sandbox` is one isolated process running one candidat
 
 The pool decides the jail once (:attr:`SandboxPool.plan`, :mod:`.jail`): the zygote enters it and every sandbox
 completes it before it reads its candidate; the pool puts each sandbox into a cgroup of its own right after the
-fork (:mod:`.cgroups`) and removes it with the sandbox.
+fork (:mod:`.cgroups`) and removes it with the sandbox. The processes as the controller holds them (the
+zygote's client, a handle per sandbox, the kinds of failure) are in :mod:`.processes`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from . import linux
 from .cgroups import CgroupSession, CgroupUnavailable, SandboxCgroup
 from .environment import sandbox_env
-from .jail_plan import ENV_PLAN, JailPlan, Missing, plan_jail
+from .jail_plan import JailPlan, Missing, plan_jail
+from .processes import (
+    Handle,
+    PopenHandle,
+    SandboxFailure,
+    Zygote,
+    ZygoteHandle,
+    alive,
+    describe_status,
+    package_root,
+    rss_bytes,
+    tail,
+)
 from .wire import Channel, PeerGone, WireError, WireTimeout
 
-
-@dataclass
-class SandboxFailure(Exception):
-    """The sandbox process did not answer properly. ``kind``: crash | timeout | memory | protocol | start."""
-
-    kind: str
-    detail: str
-    log_tail: str = ""
-
-    def __str__(self) -> str:
-        tail = f"\n--- sandbox output (last lines) ---\n{self.log_tail}" if self.log_tail.strip() else ""
-        return f"{self.kind.upper()}: {self.detail}{tail}"
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0
-    return 0
-
-
-def _describe_status(st: dict) -> str:
-    if st.get("status") == "signaled":
-        sig = st["signal"]
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = str(sig)
-        return f"killed by {name}"
-    if st.get("status") == "exited":
-        return f"exited with code {st['code']}"
-    return "ended"
-
-
-class _Zygote:
-    def __init__(self, threads: int, workdir: Path, start_timeout: float, env_extra: Optional[dict] = None,
-                 plan: Optional[JailPlan] = None) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = sandbox_env(threads, env_extra)
-        env["AUTOTUNE_SANDBOX_SYS_PATH"] = json.dumps([p for p in sys.path if p])
-        env["PYTHONPATH"] = _package_root()
-        env[ENV_PLAN] = json.dumps((plan or JailPlan()).to_json())
-        self.log = workdir / "zygote.log"
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "pytest_autotune.sandbox.zygote", str(child.fileno())],
-                pass_fds=[child.fileno()], env=env, cwd=str(workdir), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        child.close()
-        self.ctl = parent
-        self.ctl.settimeout(start_timeout)
-        try:
-            hello = json.loads(self.ctl.recv(1 << 16) or b"{}")
-        except (OSError, ValueError) as e:
-            self.close()
-            raise SandboxFailure("start", f"the sandbox zygote did not start ({e})", _tail(self.log)) from None
-        if not hello.get("ready"):
-            self.close()
-            why = f": the jail failed at {hello['error']}" if hello.get("error") else ""
-            raise SandboxFailure("start", f"the sandbox zygote did not start{why}", _tail(self.log))
-        self.ctl.settimeout(30)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def fork(self, fd: int, log: Path) -> tuple[int, int]:
-        """(pid in the controller's pid namespace, pid in the zygote's). The log file is opened here, by the
-        controller: the zygote's view of the file system is read-only."""
-        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd, log_fd])
-        finally:
-            os.close(log_fd)
-        data, fds, _flags, _addr = socket.recv_fds(self.ctl, 1 << 16, 1)
-        reply = json.loads(data)
-        zpid = int(reply["pid"])
-        host = None
-        for pidfd in fds:
-            host = linux.pid_from_pidfd(pidfd)
-            os.close(pidfd)
-        if reply.get("jail_error"):
-            raise SandboxFailure("start", f"the sandbox could not be jailed (step {reply.get('step')}: "
-                                 f"{reply['jail_error']}); nothing of the candidate ran", _tail(log))
-        return (host if host is not None else zpid), zpid
-
-    def wait(self, pid: int, timeout: float) -> dict:
-        """``pid``: the zygote's pid of the sandbox."""
-        self.ctl.send(json.dumps({"cmd": "wait", "pid": pid, "timeout": timeout}).encode())
-        return json.loads(self.ctl.recv(1 << 16))
-
-    def close(self) -> None:
-        try:
-            self.ctl.send(json.dumps({"cmd": "exit"}).encode())
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.ctl.close()
-
-
-def _package_root() -> str:
-    """The folder holding the pytest_autotune package, so ``-m pytest_autotune...`` always resolves."""
-    return str(Path(__file__).resolve().parents[2])
-
-
-def _tail(path: Path, n: int = 25) -> str:
-    try:
-        data = path.read_bytes()[-8000:]
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-n:])
+# SandboxFailure is imported from here by the flow, the gates and the schedule
+__all__ = ["Sandbox", "SandboxFailure", "SandboxPool"]
 
 
 class SandboxPool:
@@ -168,7 +62,7 @@ class SandboxPool:
         self.device = device
         self.cgroups: Optional[CgroupSession] = None
         self._plan: Optional[JailPlan] = None
-        self._zygote: Optional[_Zygote] = None
+        self._zygote: Optional[Zygote] = None
         self._count = 0
 
     @property
@@ -205,9 +99,9 @@ class SandboxPool:
                 pass
         return plan
 
-    def _get_zygote(self) -> _Zygote:
+    def _get_zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
-            self._zygote = _Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan)
+            self._zygote = Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan)
         return self._zygote
 
     def start(self, init: dict[str, Any], label: str = "sandbox") -> "Sandbox":
@@ -219,7 +113,7 @@ class SandboxPool:
             if self.mode == "zygote":
                 z = self._get_zygote()
                 pid, zpid = z.fork(theirs.fileno(), log)
-                handle: _Handle = _ZygoteHandle(pid, z, zpid)
+                handle: Handle = ZygoteHandle(pid, z, zpid)
                 if self.cgroups is not None:
                     # before the sandbox reads its first command: every process it starts is counted and limited
                     try:
@@ -234,14 +128,14 @@ class SandboxPool:
                         raise SandboxFailure("start", f"could not put the sandbox into its cgroup: {e}") from None
             else:
                 env = sandbox_env(self.threads, self.env_extra)
-                env["PYTHONPATH"] = os.pathsep.join([_package_root()] + [p for p in sys.path if p])
+                env["PYTHONPATH"] = os.pathsep.join([package_root()] + [p for p in sys.path if p])
                 with open(log, "wb") as lf:
                     proc = subprocess.Popen(
                         [sys.executable, "-m", "pytest_autotune.sandbox.child", str(theirs.fileno())],
                         pass_fds=[theirs.fileno()], env=env, cwd=str(self.workdir), stdin=subprocess.DEVNULL,
                         stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
                     )
-                handle = _PopenHandle(proc)
+                handle = PopenHandle(proc)
         finally:
             theirs.close()
         box = Sandbox(Channel(ours), handle, log, self, group)
@@ -261,61 +155,10 @@ def _safe(s: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)[:80]
 
 
-class _Handle:
-    pid: int
-
-    def kill(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def kill_group(self) -> None:
-        """SIGKILL whatever is left in the sandbox's process group (it leads its own group)."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def status(self, timeout: float) -> dict:
-        raise NotImplementedError
-
-
-class _ZygoteHandle(_Handle):
-    def __init__(self, pid: int, zygote: _Zygote, zpid: Optional[int] = None) -> None:
-        self.pid = pid  # in the controller's pid namespace
-        self.zpid = pid if zpid is None else zpid  # in the zygote's (it is in a pid namespace of its own)
-        self.zygote = zygote
-
-    def status(self, timeout: float) -> dict:
-        try:
-            return self.zygote.wait(self.zpid, timeout)
-        except OSError:
-            return {"status": "unknown"}
-
-
-class _PopenHandle(_Handle):
-    def __init__(self, proc: subprocess.Popen) -> None:
-        self.proc = proc
-        self.pid = proc.pid
-
-    def status(self, timeout: float) -> dict:
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"status": "running"}
-        if code < 0:
-            return {"status": "signaled", "signal": -code}
-        return {"status": "exited", "code": code}
-
-
 class Sandbox:
     """One isolated process. Use as a context manager; :meth:`close` always kills and reaps it."""
 
-    def __init__(self, chan: Channel, handle: _Handle, log: Path, pool: SandboxPool,
+    def __init__(self, chan: Channel, handle: Handle, log: Path, pool: SandboxPool,
                  cgroup: Optional[SandboxCgroup] = None) -> None:
         self.chan = chan
         self.handle = handle
@@ -335,7 +178,7 @@ class Sandbox:
         from its cgroup by the controller; None without a cgroup (then count its process group instead)."""
         if self.cgroup is None:
             return None
-        return sum(1 for p in self.cgroup.procs() if p != self.handle.pid and _alive(p))
+        return sum(1 for p in self.cgroup.procs() if p != self.handle.pid and alive(p))
 
     def descendants_cpu_ns(self) -> Optional[int]:
         """CPU time of every process this sandbox ever ran (exited ones included), from its cgroup."""
@@ -347,8 +190,8 @@ class Sandbox:
             return SandboxFailure(
                 "memory", f"the sandbox went over the protocol's limit of {self.pool.memory_bytes / 2**20:.0f} MiB "
                 f"([sandbox].memory_mb, its cgroup's memory limit) during {phase} and the kernel killed it",
-                _tail(self.log))
-        return SandboxFailure("crash", f"the sandbox died during {phase} ({_describe_status(st)})", _tail(self.log))
+                tail(self.log))
+        return SandboxFailure("crash", f"the sandbox died during {phase} ({describe_status(st)})", tail(self.log))
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -357,7 +200,7 @@ class Sandbox:
         self.close()
 
     def _watchdog(self) -> None:
-        rss = _rss_bytes(self.handle.pid)
+        rss = rss_bytes(self.handle.pid)
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.pool.memory_bytes:
             self.handle.kill()
@@ -365,7 +208,7 @@ class Sandbox:
                 "memory",
                 f"sandbox used {rss / 2**20:.0f} MiB, over the protocol's limit of "
                 f"{self.pool.memory_bytes / 2**20:.0f} MiB ([sandbox].memory_mb); it was killed",
-                _tail(self.log),
+                tail(self.log),
             )
 
     def request(self, msg: dict[str, Any], timeout: Optional[float] = None, phase: str = "") -> dict[str, Any]:
@@ -389,15 +232,15 @@ class Sandbox:
             self.handle.kill()
             raise SandboxFailure(
                 "timeout", f"no answer within {timeout:.0f} s during {phase} "
-                "([sandbox].timeout_s); the sandbox was killed", _tail(self.log)) from None
+                "([sandbox].timeout_s); the sandbox was killed", tail(self.log)) from None
         except PeerGone:
             raise self._crash(phase) from None
         except WireError as e:
             self.handle.kill()
-            raise SandboxFailure("protocol", f"the sandbox sent an invalid message: {e}", _tail(self.log)) from None
+            raise SandboxFailure("protocol", f"the sandbox sent an invalid message: {e}", tail(self.log)) from None
         if not isinstance(reply, dict):
             self.handle.kill()
-            raise SandboxFailure("protocol", "the sandbox sent a non-object reply", _tail(self.log))
+            raise SandboxFailure("protocol", "the sandbox sent a non-object reply", tail(self.log))
         return reply
 
     def close(self) -> None:
@@ -421,12 +264,3 @@ class Sandbox:
         if self.cgroup is not None:  # and everything else it started (setsid or not), then its cgroup
             self.cgroup.kill()
             self.cgroup.remove()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return stat[stat.rfind(b")") + 2:][:1] != b"Z"
-    except OSError:
-        return False

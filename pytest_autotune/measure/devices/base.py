@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import abc
 import platform
+import sys
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
@@ -124,3 +126,8 @@ class Device(abc.ABC):
     def timer_functions(self) -> dict[str, Any]:
         """Objects whose identity must not change while a candidate is loaded (tamper snapshots)."""
         return {}
+
+    def tamper_modules(self) -> list[ModuleType]:
+        """Modules whose functions and classes the sandbox's tamper snapshot watches (sandbox/child.py): the
+        module of the device's class; a device whose timing code lives in more modules lists them all."""
+        return [sys.modules[type(self).__module__]]

@@ -15,11 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Optional
-
-import torch
+from typing import Any, Optional
 
 from .errors import ProblemLoadError
 from .gates.base import (
@@ -27,79 +23,22 @@ from .gates.base import (
     BaselineChoice,
     CandidateFailure,
     CandidateRefusal,
-    Gate,
     GateContext,
     GateOutcome,
 )
 from .gates.compare import compare_outputs
 from .golden import Golden
-from .measure.devices.base import Device
-from .measure.devices.spec import DeviceSpec
-from .measure.lock import DeviceLock
+from .item_run import FlowEnv, FlowVerdict, ItemRun, jsonable
+from .item_run import details as item_details
+from .item_run import measurement as item_measurement
+from .item_run import result as item_result
 from .measure.schedule import TimingEvidence, TimingRefused, run_paired_timing
 from .problems.discovery import baselines_for
 from .problems.loader import LoadedProblem
 from .problems.model import REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
-from .protocol import Protocol
-from .result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
-from .sandbox.runner import Sandbox, SandboxFailure, SandboxPool
+from .result import ItemOutcome, QuarantineRecord
+from .sandbox.runner import Sandbox, SandboxFailure
 from .seeds import SeedSource
-
-
-@dataclass
-class FlowEnv:
-    """Everything a flow needs from the session; built once per process (controller or xdist worker)."""
-
-    protocol: Protocol
-    device_spec: DeviceSpec
-    device: Device
-    pool: SandboxPool
-    nonce: bytes
-    gates: list[Gate]
-    measuring: bool
-    run_id: str
-    exploratory: bool
-    item_provenance: Callable[[dict], dict]
-    lock: DeviceLock
-    budget_scale: float = 1.0
-    #: CPUs both sandboxes of an item are pinned to ([timing].pin), or None
-    cpus: Optional[list[int]] = None
-    baselines: dict = field(default_factory=dict)  # (problem path, sha, device) -> BaselineChoice
-    problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
-
-
-@dataclass
-class FlowVerdict:
-    outcome: ItemOutcome
-    result: Optional[KernelResult] = None
-    quarantine: Optional[QuarantineRecord] = None
-
-
-@dataclass
-class ItemRun:
-    """One item's local values, gathered as the flow goes."""
-
-    spec: KernelItemSpec
-    ctx: GateContext
-    problem_src: SourceFile
-    cand_src: Optional[SourceFile]
-    problem: LoadedProblem
-    sizes: dict
-    init_seed: int
-    golden: Golden
-    started: float
-    choice: Optional[BaselineChoice] = None
-    baseline_src: Optional[SourceFile] = None
-    candidate_probe: Optional[dict] = None  # graph-capture probe made in the correctness sandbox
-    boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
-
-    @property
-    def baseline_name(self) -> str:
-        return self.choice.baseline.name if self.choice else REFERENCE_BASELINE.name
-
-    @property
-    def baseline_sha(self) -> str:
-        return self.choice.baseline_sha256 if self.choice else self.problem_src.sha256
 
 
 class KernelFlow:
@@ -242,13 +181,13 @@ class KernelFlow:
         except SandboxFailure as e:
             gate = "timing" if "timing" in e.detail or "warm-up" in e.detail else "sandbox"
             return FlowVerdict(self._outcome(spec, "error", gate, str(e), warnings=tuple(ctx.warnings),
-                                             details=self._details(item)))
+                                             details=item_details(item)))
         except ProblemLoadError as e:
             return FlowVerdict(self._outcome(spec, "rejected", "load", f"{e.path}: {e.reason}",
-                                             details=self._details(item)))
+                                             details=item_details(item)))
         except CandidateFailure as e:
             return FlowVerdict(self._outcome(spec, "rejected", "correctness", f"the candidate raised: {e}",
-                                             details=self._details(item)))
+                                             details=item_details(item)))
         except CandidateRefusal as e:
             return self._refused(item, GateOutcome.refuse("integrity", str(e)))
 
@@ -287,7 +226,7 @@ class KernelFlow:
             if not env.measuring:
                 return FlowVerdict(self._outcome(
                     spec, "accepted", None, "correctness and probes passed (not timed: run with --autotune)",
-                    baseline=item.baseline_name, warnings=tuple(ctx.warnings), details=self._details(item)))
+                    baseline=item.baseline_name, warnings=tuple(ctx.warnings), details=item_details(item)))
             if not env.protocol.timing.fresh_sandboxes:
                 timed_refusal = self._timed(item, box)
                 if timed_refusal:
@@ -304,10 +243,10 @@ class KernelFlow:
                 timed_refusal = self._timed(item, box)
                 if timed_refusal:
                     return timed_refusal
-        result = self._result(item)
+        result = item_result(self.env, item)
         return FlowVerdict(self._outcome(spec, "accepted", None, ctx.measurement.stop_reason if ctx.measurement else "",
                                          baseline=item.baseline_name, measurement=ctx.measurement, result=result,
-                                         warnings=tuple(ctx.warnings), details=self._details(item)),
+                                         warnings=tuple(ctx.warnings), details=item_details(item)),
                            result=result)
 
     def _probe_graphs(self, box: Sandbox, ctx: GateContext) -> Optional[dict]:
@@ -340,97 +279,21 @@ class KernelFlow:
             except TimingRefused as e:
                 return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
         ctx.timing = ev
-        ctx.measurement = self._measurement(item, ev)
+        ctx.measurement = item_measurement(self.env, item, ev)
         for stage in ("integrity", "breaker"):
             refused = self._run_stage(ctx, stage)
             if refused:
                 return self._refused(item, refused)
         return None
 
-    def _measurement(self, item: ItemRun, ev: TimingEvidence) -> Measurement:
-        est = ev.estimate
-        assert est is not None and item.choice is not None
-        plan = self.env.protocol.timing_plan(self.env.device_spec.name)
-        if not ev.ci_target_met:
-            item.ctx.warnings.append(
-                f"CI target not reached: the 95% CI is {est.rel_width:.1%} of the speedup wide after "
-                f"{est.n_pairs} pairs, target {plan.ci_target_rel_width:.0%} ({ev.stop_reason})")
-        return Measurement(
-            n_pairs=est.n_pairs, candidate_s=est.candidate_s, baseline_s=est.baseline_s, speedup=est.speedup,
-            ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,
-            strawman_speedup=est.speedup * item.choice.gain_vs_reference, calls_per_sample=ev.calls_per_sample,
-            stop_reason=ev.stop_reason)
-
-    def _details(self, item: ItemRun) -> dict:
-        """What the report shows about how the item was measured (JSON-able)."""
-        d = {**item.ctx.details, **item.ctx.evidence.as_json()}
-        wall = time.perf_counter() - item.started
-        d["item_seconds"] = wall
-        ev = item.ctx.timing
-        if ev is not None:
-            d["timing"] = {"calls_per_sample": ev.calls_per_sample, "rounds": len(ev.rounds), "mode": ev.mode,
-                           "calibration": ev.calibration, "timed_s": ev.timed_s, "timing_s": ev.elapsed_s,
-                           "prepare_s": sum(r.prepare_s for r in ev.rounds),
-                           "sample_windows_s": sum((s.window_ns[1] - s.window_ns[0]) * 1e-9
-                                                   for r in ev.rounds for s in r.samples),
-                           "cpu": ev.cpu, "stop_reason": ev.stop_reason}
-            d["duty_cycle"] = ev.timed_s / wall if wall > 0 else None
-        d["wire"] = {role: box.chan.stats.as_dict() for role, box in item.boxes.items()}
-        return _jsonable(d)
-
-    def _result(self, item: ItemRun) -> KernelResult:
-        env, ctx, spec = self.env, item.ctx, item.spec
-        m = ctx.measurement
-        assert m is not None
-        # what the store needs is derived here, from the item itself, never from what a gate chose to leave behind
-        seeds = ctx.seeds.seeds("correctness", env.protocol.seeds.count)
-        ev = ctx.evidence
-        breaker = f"released:{ev.breaker_release}" if ev.breaker_release is not None else "ok"
-        cand_sha = item.cand_src.sha256 if item.cand_src else item.baseline_sha
-        prov = env.item_provenance({
-            "problem_sha256": item.problem_src.sha256, "candidate_sha256": cand_sha,
-            "baseline_sha256": item.baseline_sha, "seeds": list(seeds), "sizes": item.sizes,
-            "sandbox_pid": ctx.sandbox.pid if ctx.sandbox else 0, "device_index": env.device.index,
-            "device_uuid": env.device.fingerprint().get("uuid"),
-        })
-        timing = ctx.timing
-        prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,
-                          "pairing": "cross-process", "mode": timing.mode.get("decision") if timing else None,
-                          "wall_clock": ev.wall_clock, "idle": ev.idle}
-        return KernelResult(
-            run_id=env.run_id, kind="kernel", nodeid=spec.nodeid, problem=spec.problem.name,
-            problem_sha256=item.problem_src.sha256, candidate=spec.candidate.name, candidate_sha256=cand_sha,
-            baseline=item.baseline_name, baseline_sha256=item.baseline_sha, device=spec.device,
-            seeds=tuple(seeds), measurement=m, correctness="passed",
-            probes=_jsonable(ev.probes), integrity="passed", breaker=breaker,
-            protocol_sha256=env.protocol.sha256, exploratory=env.exploratory, provenance=_jsonable(prov),
-            notes=tuple(ctx.warnings),
-        )
-
     def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:
         ctx = item.ctx
-        details = _jsonable({**self._details(item), **refused.details})
+        details = jsonable({**item_details(item), **refused.details})
         outcome = self._outcome(item.spec, refused.verdict, refused.gate, refused.reason, baseline=item.baseline_name,
                                 measurement=ctx.measurement, warnings=tuple(ctx.warnings), details=details)
         if refused.verdict == "quarantined" and ctx.measurement is not None:
-            return FlowVerdict(outcome, quarantine=QuarantineRecord(self._result(item), refused.reason))
+            return FlowVerdict(outcome, quarantine=QuarantineRecord(item_result(self.env, item), refused.reason))
         return FlowVerdict(outcome)
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float):
-        return x if x == x and x not in (float("inf"), float("-inf")) else None
-    if isinstance(x, (str, int, bool)) or x is None:
-        return x
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, torch.Tensor):
-        return x.tolist() if x.numel() <= 16 else f"tensor{tuple(x.shape)}"
-    return str(x)
 
 
 __all__ = ["KernelFlow", "FlowEnv", "FlowVerdict", "ItemRun", "KernelItemSpec", "STAGES"]

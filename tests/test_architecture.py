@@ -10,28 +10,16 @@ import architecture_checks as A
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_autotune"
 MAX_LINES = 420
 
-# store/ is re-cut separately (schema.py, db.py, merge.py, and the db -> verify -> merge -> db cycle); the lead
-# removes this exemption when that lands. Nothing outside store/ may be added here.
-STORE_EXEMPT = "pytest_autotune.store"
-
-# lead splits these (being edited on main while this check landed)
-LEAD_SPLITS = {"pytest_autotune.flow", "pytest_autotune.sandbox.child"}
-
-
-def _in_store(module: str) -> bool:
-    return module == STORE_EXEMPT or module.startswith(STORE_EXEMPT + ".")
-
-
 def test_no_module_is_over_the_size_limit() -> None:
     sizes = A.module_sizes(PACKAGE)
     too_long = {name: n for name, n in sorted(sizes.items())
-                if n > MAX_LINES and not _in_store(name) and name not in LEAD_SPLITS}
+                if n > MAX_LINES}
     assert not too_long, (f"modules over {MAX_LINES} lines (split them along their jobs): "
                           + ", ".join(f"{name} ({n})" for name, n in too_long.items()))
 
 
 def test_no_import_cycle() -> None:
-    cycles = [c for c in A.find_cycles(PACKAGE) if not all(_in_store(m) for m in c)]
+    cycles = A.find_cycles(PACKAGE)
     assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(
         " -> ".join(A.example_cycle(PACKAGE, c)) + f"   (component: {', '.join(c)})" for c in cycles)
 

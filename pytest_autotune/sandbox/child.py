@@ -37,10 +37,21 @@ import torch
 from ..problems.inputs import materialize, materialize_stream
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
+from .child_timing import (
+    THREAD_SETTLE_S,
+    h_calibrate,
+    h_configure,
+    h_fingerprint,
+    h_prepare,
+    h_probe_graphs,
+    h_release,
+    h_sample,
+    new_threads_after,
+)
 from .outputs import (
+    HarnessRefusal,
     bits_equal,
     export_output,
-    fingerprint,
     harness_reads,
     leaves,
     mode_stack_depths,
@@ -52,10 +63,6 @@ from .tamper import TamperSnapshot, os_thread_count
 from .wire import Channel, PeerGone
 
 ROLES = ("candidate", "baseline")
-
-
-class HarnessRefusal(Exception):
-    """The candidate left the process in a state the harness will not work in (a mode pushed, ...)."""
 
 
 def _src(d: dict) -> SourceFile:
@@ -106,6 +113,7 @@ class ChildState:
 
         from ..problems import inputs as inputs_module
         from . import child as child_module
+        from . import child_timing as child_timing_module
         from . import outputs as outputs_module
         from . import wire as wire_module
 
@@ -113,7 +121,7 @@ class ChildState:
         # runs only where the harness calls it, before any input exists (sandbox/child.py h_prepare)
         if bool(init.get("disable_gc", True)):
             gc.disable()
-        watched = [child_module, outputs_module, wire_module, inputs_module, self.problem.module,
+        watched = [child_module, child_timing_module, outputs_module, wire_module, inputs_module, self.problem.module,
                    *self.device.tamper_modules()]
         self.arm_cls = self._arm_class()
         self.snapshot = TamperSnapshot.take(self.device.timer_functions(), watched)
@@ -243,141 +251,11 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
                        if isinstance(o, torch.Tensor) and not bits_equal(x, o)]
         results.append({
             "output": handles, "recheck": recheck, "structure": structure(out), "location": location,
-            "mutated_inputs": mutated, "new_threads": _new_threads_after(threads0, THREAD_SETTLE_S),
+            "mutated_inputs": mutated, "new_threads": new_threads_after(threads0, THREAD_SETTLE_S),
         })
         st.exported.append(out)  # alive until the controller's next request: it may be reading it
         del inputs, originals
     return {"results": results, "tamper": st.tamper_changes()}
-
-
-def h_calibrate(st: ChildState, msg: dict) -> dict:
-    """Warm the arm up, then estimate its steady time per call: single-call samples (cold; on CUDA also
-    test-captured as graphs) and three samples of all warm-up inputs back to back, of which the fastest counts
-    (preemption only ever adds time)."""
-    st.release()
-    gc.collect()
-    model = st.model()
-    st.require_no_modes("before calibration inputs were built")
-    batches = st.input_stream(msg["warmup"])
-    for b in batches:
-        out = st.call(model, b)
-        st.device.synchronize()
-        del out
-    singles = []
-    for b in batches[: max(1, min(3, len(batches)))]:
-        s = st.device.timed(lambda *x: st.call(model, list(x)), [b])
-        singles.append(s.seconds)
-    steady = []
-    for _ in range(3):
-        sample = st.device.timed(lambda *x: st.call(model, list(x)), batches)
-        steady.append(sample.seconds)
-        del sample
-    per_call = min(steady) / max(1, len(batches))
-    del batches
-    return {"per_call_s": per_call, "single_call_s": sorted(singles)[len(singles) // 2],
-            "timing_info": st.device.timing_info(), "threads": os_thread_count(), "tamper": st.tamper_changes()}
-
-
-def h_probe_graphs(st: ChildState, msg: dict) -> dict:
-    """Can this arm be captured as a CUDA graph, and how fast is one call then? Single-call samples that the device
-    also test-captures (a device without graphs reports nothing). Run in a sandbox that will not be timed."""
-    st.release()
-    gc.collect()
-    model = st.model()
-    st.require_no_modes("before probe inputs were built")
-    batches = st.input_stream(msg["warmup"])
-    for b in batches:
-        st.device.timed(lambda *x: st.call(model, list(x)), [b])
-    return {"timing_info": st.device.timing_info()}
-
-
-def h_configure(st: ChildState, msg: dict) -> dict:
-    st.k = int(msg.get("k", 1))
-    st.device.configure_timing(dict(msg.get("timing") or {}))
-    return {"timing_info": st.device.timing_info()}
-
-
-def _prints(st: ChildState, msg: Optional[dict]) -> list:
-    if not msg:
-        return []
-    gen = torch.Generator().manual_seed(int(msg["positions_seed"]))
-    n = int(msg.get("n_positions", 64))
-    # MLX arrays are read through host torch copies (unified memory: a copy, no transfer); torch outputs are
-    # summarised where they live
-    outs = st.kept if st.framework == "torch" else [st.device.to_host(o) for o in st.kept]
-    return [fingerprint(out, gen, n) for out in outs]
-
-
-#: how long a thread the candidate started may take to finish after its call returned before it counts as left
-#: running (correctness calls only: nothing is timed then; during timing, threads are counted per sample and their
-#: CPU between requests is idle CPU). torch.compile's first call starts short-lived helper threads that a loaded
-#: machine can leave alive for a few hundred milliseconds.
-THREAD_SETTLE_S = 2.0
-
-
-def _new_threads_after(threads0: int, within_s: float) -> int:
-    """Threads beyond ``threads0`` still alive once they had ``within_s`` to finish (returns as soon as none are)."""
-    deadline = time.monotonic() + within_s
-    new = os_thread_count() - threads0
-    while new > 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-        new = os_thread_count() - threads0
-    return new
-
-
-def h_release(st: ChildState, msg: dict) -> dict:
-    """End of a round: fingerprint its outputs (positions chosen by the controller now), free everything of it
-    and collect garbage while no input exists. The candidate's own code may run here (finalizers of what it
-    returned): nothing is timed meanwhile, and this CPU is not compared with the baseline's."""
-    prints = _prints(st, msg.get("fingerprint"))
-    st.release()
-    st.batches = {}
-    gc.collect()
-    return {"prints": prints, "tamper": st.tamper_changes() if msg.get("tamper") else []}
-
-
-def h_prepare(st: ChildState, msg: dict) -> dict:
-    """Build the round's two input groups with the collector off: the same harness code on the same recipes in
-    both sandboxes, whose CPU the controller compares (gates/integrity.py IdleGate)."""
-    st.require_no_modes("before the round's inputs were built")
-    st.batches = {"p1": st.input_stream(msg["p1"]), "p2": st.input_stream(msg["p2"])}
-    st.device.synchronize()
-    st.require_no_modes("while the round's inputs were built")
-    return {"threads": os_thread_count()}
-
-
-def h_sample(st: ChildState, msg: dict) -> dict:
-    """One timing sample of this sandbox's arm: its calls on every input set of one group, timed as one."""
-    model = st.model()
-    batch = st.batches[msg["group"]]
-    threads0 = os_thread_count()
-    clock = time.perf_counter_ns
-    with (torch.no_grad() if st.framework == "torch" else _null()):
-        t0 = clock()
-        sample = st.device.timed(model, batch)
-        t1 = clock()
-    for out in sample.outputs:
-        problem = st.plain_problem(out)
-        if problem:
-            raise HarnessRefusal(f"a timed call returned {problem}")
-    st.kept.extend(sample.outputs)
-    st.require_no_modes("after a timed call")
-    return {"s": sample.seconds, "host_s": sample.host_seconds, "stamps_ns": [t0, t1],
-            "new_threads": os_thread_count() - threads0}
-
-
-def h_fingerprint(st: ChildState, msg: dict) -> dict:
-    prints = _prints(st, msg)
-    st.release()
-    return {"prints": prints, "tamper": st.tamper_changes() if msg.get("tamper", True) else []}
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 HANDLERS = {
@@ -449,6 +327,10 @@ def main(fd: int) -> int:
         return serve(chan)
     finally:
         chan.close()
+
+
+__all__ = ["ChildState", "HarnessRefusal", "HANDLERS", "serve", "main", "h_outputs", "h_prepare", "h_sample",
+           "h_release", "h_calibrate", "h_configure", "h_probe_graphs", "h_fingerprint"]
 
 
 if __name__ == "__main__":  # spawn mode: python -m pytest_autotune.sandbox.child FD

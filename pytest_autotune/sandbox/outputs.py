@@ -93,6 +93,10 @@ def output_problem(out: Any, expected_device: str) -> Optional[str]:
     return tensor_problem(out, expected_device)
 
 
+class HarnessRefusal(Exception):
+    """The candidate left the process in a state the harness will not work in (a mode pushed, ...)."""
+
+
 def structure(out: Any) -> str:
     return "tensor" if type(out) is torch.Tensor else "tuple"
 

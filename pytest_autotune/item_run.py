@@ -1,0 +1,163 @@
+"""An item's run as the flow gathers it, and what it becomes: the measurement, the details the report shows and the
+frozen result row (docs/architecture.md, "The flow"). ``flow.py`` drives the stages; this module holds their
+values and turns them into records."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from .gates.base import BaselineChoice, Gate, GateContext
+from .golden import Golden
+from .measure.devices.base import Device
+from .measure.devices.spec import DeviceSpec
+from .measure.lock import DeviceLock
+from .measure.schedule import TimingEvidence
+from .problems.loader import LoadedProblem
+from .problems.model import REFERENCE_BASELINE, KernelItemSpec, SourceFile
+from .protocol import Protocol
+from .result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
+from .sandbox.runner import SandboxPool
+
+
+@dataclass
+class FlowEnv:
+    """Everything a flow needs from the session; built once per process (controller or xdist worker)."""
+
+    protocol: Protocol
+    device_spec: DeviceSpec
+    device: Device
+    pool: SandboxPool
+    nonce: bytes
+    gates: list[Gate]
+    measuring: bool
+    run_id: str
+    exploratory: bool
+    item_provenance: Callable[[dict], dict]
+    lock: DeviceLock
+    budget_scale: float = 1.0
+    #: CPUs both sandboxes of an item are pinned to ([timing].pin), or None
+    cpus: Optional[list[int]] = None
+    baselines: dict = field(default_factory=dict)  # (problem path, sha, device) -> BaselineChoice
+    problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
+
+
+@dataclass
+class FlowVerdict:
+    outcome: ItemOutcome
+    result: Optional[KernelResult] = None
+    quarantine: Optional[QuarantineRecord] = None
+
+
+@dataclass
+class ItemRun:
+    """One item's local values, gathered as the flow goes."""
+
+    spec: KernelItemSpec
+    ctx: GateContext
+    problem_src: SourceFile
+    cand_src: Optional[SourceFile]
+    problem: LoadedProblem
+    sizes: dict
+    init_seed: int
+    golden: Golden
+    started: float
+    choice: Optional[BaselineChoice] = None
+    baseline_src: Optional[SourceFile] = None
+    candidate_probe: Optional[dict] = None  # graph-capture probe made in the correctness sandbox
+    boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
+
+    @property
+    def baseline_name(self) -> str:
+        return self.choice.baseline.name if self.choice else REFERENCE_BASELINE.name
+
+    @property
+    def baseline_sha(self) -> str:
+        return self.choice.baseline_sha256 if self.choice else self.problem_src.sha256
+
+
+
+def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
+    """The accepted timing as the result carries it (and a warning where the CI target was not met)."""
+    est = ev.estimate
+    assert est is not None and item.choice is not None
+    plan = env.protocol.timing_plan(env.device_spec.name)
+    if not ev.ci_target_met:
+        item.ctx.warnings.append(
+            f"CI target not reached: the 95% CI is {est.rel_width:.1%} of the speedup wide after "
+            f"{est.n_pairs} pairs, target {plan.ci_target_rel_width:.0%} ({ev.stop_reason})")
+    return Measurement(
+        n_pairs=est.n_pairs, candidate_s=est.candidate_s, baseline_s=est.baseline_s, speedup=est.speedup,
+        ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,
+        strawman_speedup=est.speedup * item.choice.gain_vs_reference, calls_per_sample=ev.calls_per_sample,
+        stop_reason=ev.stop_reason)
+
+def details(item: ItemRun) -> dict:
+    """What the report shows about how the item was measured (JSON-able)."""
+    d = {**item.ctx.details, **item.ctx.evidence.as_json()}
+    wall = time.perf_counter() - item.started
+    d["item_seconds"] = wall
+    ev = item.ctx.timing
+    if ev is not None:
+        d["timing"] = {"calls_per_sample": ev.calls_per_sample, "rounds": len(ev.rounds), "mode": ev.mode,
+                       "calibration": ev.calibration, "timed_s": ev.timed_s, "timing_s": ev.elapsed_s,
+                       "prepare_s": sum(r.prepare_s for r in ev.rounds),
+                       "sample_windows_s": sum((s.window_ns[1] - s.window_ns[0]) * 1e-9
+                                               for r in ev.rounds for s in r.samples),
+                       "cpu": ev.cpu, "stop_reason": ev.stop_reason}
+        d["duty_cycle"] = ev.timed_s / wall if wall > 0 else None
+    d["wire"] = {role: box.chan.stats.as_dict() for role, box in item.boxes.items()}
+    return jsonable(d)
+
+def result(env: FlowEnv, item: ItemRun) -> KernelResult:
+    ctx, spec = item.ctx, item.spec
+    m = ctx.measurement
+    assert m is not None
+    # what the store needs is derived here, from the item itself, never from what a gate chose to leave behind
+    seeds = ctx.seeds.seeds("correctness", env.protocol.seeds.count)
+    ev = ctx.evidence
+    breaker = f"released:{ev.breaker_release}" if ev.breaker_release is not None else "ok"
+    cand_sha = item.cand_src.sha256 if item.cand_src else item.baseline_sha
+    prov = env.item_provenance({
+        "problem_sha256": item.problem_src.sha256, "candidate_sha256": cand_sha,
+        "baseline_sha256": item.baseline_sha, "seeds": list(seeds), "sizes": item.sizes,
+        "sandbox_pid": ctx.sandbox.pid if ctx.sandbox else 0, "device_index": env.device.index,
+        "device_uuid": env.device.fingerprint().get("uuid"),
+    })
+    timing = ctx.timing
+    prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,
+                      "pairing": "cross-process", "mode": timing.mode.get("decision") if timing else None,
+                      "wall_clock": ev.wall_clock, "idle": ev.idle}
+    return KernelResult(
+        run_id=env.run_id, kind="kernel", nodeid=spec.nodeid, problem=spec.problem.name,
+        problem_sha256=item.problem_src.sha256, candidate=spec.candidate.name, candidate_sha256=cand_sha,
+        baseline=item.baseline_name, baseline_sha256=item.baseline_sha, device=spec.device,
+        seeds=tuple(seeds), measurement=m, correctness="passed",
+        probes=jsonable(ev.probes), integrity="passed", breaker=breaker,
+        protocol_sha256=env.protocol.sha256, exploratory=env.exploratory, provenance=jsonable(prov),
+        notes=tuple(ctx.warnings),
+    )
+
+
+def jsonable(x: Any) -> Any:
+    """``x`` as JSON can hold it (non-finite floats become null; tensors a short list or their shape)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if isinstance(x, (str, int, bool)) or x is None:
+        return x
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, torch.Tensor):
+        return x.tolist() if x.numel() <= 16 else f"tensor{tuple(x.shape)}"
+    return str(x)
+
+
+__all__ = ["FlowEnv", "FlowVerdict", "ItemRun", "measurement", "details", "result", "jsonable"]

@@ -548,6 +548,11 @@ class ResultStore:
             rows = self._conn.execute("SELECT * FROM rejections WHERE run_id = ? ORDER BY id", [run_id]).fetchall()
         return [dict(r) for r in rows]
 
+    def protocol_body(self, sha256: str) -> str | None:
+        """The protocol.toml text registered under ``sha256`` (None when unknown)."""
+        row = self._conn.execute("SELECT body FROM protocols WHERE sha256 = ?", [sha256]).fetchone()
+        return None if row is None else str(row[0])
+
     def has_run(self, run_id: str) -> bool:
         return self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone() is not None
 

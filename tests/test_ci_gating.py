@@ -177,3 +177,24 @@ def test_comparisons_that_do_not_transfer_are_refused_before_the_run(suite: pyte
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "add --autotune" in res.stderr.str()
     res = suite.runpytest_subprocess(*base, "--autotune-fail-on=regression")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "needs a stored run" in res.stderr.str()
+
+
+def test_changed_only_collects_the_candidates_a_change_touched(suite: pytest.Pytester):
+    p = suite.path
+    write(p, "suite/candidates/relu/other.py", F.CAND_RELU_CLAMP)
+    (p / ".gitignore").write_text("runpytest-*\nstdout\nstderr\n.autotune/\n__pycache__/\n")
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(git + args, cwd=p, check=True)
+    write(p, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP + "\n# tuned\n")  # the PR's one change
+    res = suite.runpytest_subprocess("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "--co",
+                                     "-q")
+    out = res.stdout.str()
+    assert "suite/relu.py::clamp[cpu]" in out and "other[cpu]" not in out and "once[cpu]" not in out, out
+    # xdist workers select the same (the controller hands them the changed files): correctness only, no timing
+    res = suite.runpytest_subprocess("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "-n", "2",
+                                     "-v")
+    res.assert_outcomes(passed=1)
+    assert "relu.py::clamp[cpu]" in res.stdout.str() and "other[cpu]" not in res.stdout.str()
+    res = suite.runpytest_subprocess("--problems=suite", "--autotune-changed-only", "--co", "-q")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "--autotune-base" in res.stderr.str()

@@ -155,8 +155,10 @@ def missing_item(stored: "StoredItem", run_id: str) -> ItemComparison:
                           message=f"missing: in stored run {run_id[:12]} ({stored.verdict}), not run in this session")
 
 
-def compare_session(outcomes: Sequence["ItemOutcome"], stored: "StoredRun", margin: float) -> list[ItemComparison]:
-    """Every item of this session against the stored run, then every stored item this session did not run."""
+def compare_session(outcomes: Sequence["ItemOutcome"], stored: "StoredRun", margin: float,
+                    selected: Optional[frozenset[tuple[str, str]]] = None) -> list[ItemComparison]:
+    """Every item of this session against the stored run, then every stored item this session did not run
+    (with ``selected``, e.g. ``--autotune-changed-only``: only those whose (problem, candidate) was selected)."""
     out: list[ItemComparison] = []
     seen = set()
     for o in sorted(outcomes, key=lambda o: o.nodeid):
@@ -164,6 +166,8 @@ def compare_session(outcomes: Sequence["ItemOutcome"], stored: "StoredRun", marg
         seen.add(key)
         out.append(compare_item(o, stored.items.get(key), margin, stored.run_id))
     for key in sorted(set(stored.items) - seen):
+        if selected is not None and key[:2] not in selected:
+            continue
         out.append(missing_item(stored.items[key], stored.run_id))
     return out
 

@@ -29,6 +29,9 @@ def add_options(group: Any) -> None:
                          "noise: new CI upper end < stored CI lower end x (1 - margin) (docs/ci.md).")
     group.addoption("--autotune-fail-margin", dest="autotune_fail_margin", default=0.0, type=_margin, metavar="P%",
                     help="minimum effect for --autotune-fail-on=regression, e.g. 5%% (default 0%%).")
+    group.addoption("--autotune-changed-only", dest="autotune_changed_only", action="store_true", default=False,
+                    help="with --autotune-base=REF: collect only the candidates whose files changed since REF (the "
+                         "others are deselected, and not reported missing by --autotune-compare).")
     group.addoption("--autotune-md", dest="autotune_md", default=None, metavar="PATH",
                     help="write a Markdown summary (old vs new speedup [CI], verdict per item) to PATH; also appended "
                          "to $GITHUB_STEP_SUMMARY when that is set.")
@@ -40,6 +43,7 @@ class CIOptions:
     fail_on: Optional[str]
     margin: float
     md: Optional[Path]
+    changed_only: bool = False
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "CIOptions":
@@ -47,4 +51,5 @@ class CIOptions:
         md = g("autotune_md")
         return cls(compare=g("autotune_compare"), fail_on=g("autotune_fail_on"),
                    margin=float(g("autotune_fail_margin") or 0.0),
-                   md=Path(md).expanduser().resolve() if md else None)
+                   md=Path(md).expanduser().resolve() if md else None,
+                   changed_only=bool(g("autotune_changed_only")))

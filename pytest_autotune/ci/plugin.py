@@ -34,10 +34,14 @@ class CIPlugin:
         self.config = config
         self.opts = CIOptions.from_config(config)
         self.stored: Optional[StoredRun] = None
+        #: --autotune-changed-only: the (problem, candidate) of every candidate file changed since --autotune-base
+        self.changed: Optional[frozenset[tuple[str, str]]] = None
 
     # ------------------------------------------------------------------------------------------- start
     def pytest_autotune_session_start(self, session: "AutotuneSession") -> None:
         o = self.opts
+        if o.changed_only:
+            self._changed(session)
         if o.fail_on and not o.compare:
             raise AutotuneUsageError("--autotune-fail-on=regression needs a stored run: add --autotune-compare="
                                      "RUN_ID|latest|PATH.json")
@@ -46,7 +50,7 @@ class CIPlugin:
         if not session.opts.measuring:
             raise AutotuneUsageError("--autotune-compare compares measured speedups: add --autotune")
         if session.is_worker:
-            self.stored = StoredRun.from_report(self.config.workerinput[WORKER_INPUT_KEY],  # type: ignore[attr-defined]
+            self.stored = StoredRun.from_report(self.config.workerinput[WORKER_INPUT_KEY]["stored"],  # type: ignore[attr-defined]
                                                 "the controller's stored run")
             return
         stored = load_stored(o.compare, store=None, db=session.opts.db, device=session.opts.device, exclude=None,
@@ -57,6 +61,31 @@ class CIPlugin:
                          device=session.opts.device, fingerprint=session.device.fingerprint(),
                          torch_version=torch.__version__)
         self.stored = stored
+
+    def _changed(self, session: "AutotuneSession") -> None:
+        if not session.opts.base:
+            raise AutotuneUsageError("--autotune-changed-only selects the candidates changed since a base: add "
+                                     "--autotune-base=REF (e.g. origin/main)")
+        if session.is_worker:
+            changed = self.config.workerinput[WORKER_INPUT_KEY]["changed"]  # type: ignore[attr-defined]
+        else:
+            changed = list((session.surface or {}).get("changed") or [])
+        self.changed = changed_keys(changed)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list) -> None:
+        if self.changed is None:
+            return
+        keep, drop = [], []
+        for item in items:
+            spec = getattr(item, "spec", None)
+            if spec is None or (spec.problem.name, spec.candidate.name) in self.changed:
+                keep.append(item)
+            else:
+                drop.append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
     # ------------------------------------------------------------------------------------------- items
     def _compare(self, outcome: "ItemOutcome") -> Optional[ItemComparison]:
@@ -95,7 +124,7 @@ class CIPlugin:
     def comparisons(self, outcomes: "tuple[ItemOutcome, ...] | list[ItemOutcome]") -> Optional[list[ItemComparison]]:
         if self.stored is None:
             return None
-        return compare_session(outcomes, self.stored, self.opts.margin)
+        return compare_session(outcomes, self.stored, self.opts.margin, self.changed)
 
     def pytest_autotune_report_sections(self, config: pytest.Config, outcomes: "tuple[ItemOutcome, ...]") -> dict:
         cmps = self.comparisons(outcomes)
@@ -156,8 +185,22 @@ class CIXdistHooks:
         self.plugin = plugin
 
     def pytest_configure_node(self, node: Any) -> None:
-        if self.plugin.stored is not None:
-            node.workerinput[WORKER_INPUT_KEY] = self.plugin.stored.to_json()
+        p = self.plugin
+        node.workerinput[WORKER_INPUT_KEY] = {"stored": p.stored.to_json() if p.stored is not None else None,
+                                              "changed": [f"{a}/{b}.py" for a, b in sorted(p.changed or ())]}
+
+
+def changed_keys(paths: "list[str]") -> frozenset[tuple[str, str]]:
+    """(problem, candidate) of each changed candidate file, laid out as ``<problem>/<name>.py`` (MLX ports:
+    ``<problem>/mlx/<name>.py``) under a suite's ``candidates/`` or a ``--candidates`` folder."""
+    out = set()
+    for p in paths:
+        path = Path(p)
+        if path.suffix != ".py":
+            continue
+        parent = path.parent.parent if path.parent.name == "mlx" else path.parent
+        out.add((parent.name, path.stem))
+    return frozenset(out)
 
 
 def register(config: pytest.Config) -> None:

@@ -84,7 +84,6 @@ def suite(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyP
     # a private timing lock: other sessions on this machine must not make the test wait (its numbers are gated
     # with a margin, and only properties are asserted)
     monkeypatch.setenv("PYTEST_AUTOTUNE_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     return pytester
 
 

@@ -48,6 +48,7 @@ def analyse(reports: list[dict], margins: list[float]) -> dict:
     for margin in margins:
         compared = alarms = 0
         alarm_items: list[str] = []
+        pairs_alarmed = set()
         for a, b in pairs:
             stored = StoredRun.from_report(reports[a], f"run{a}")
             outcomes = [ItemOutcome.from_json(i) for i in reports[b]["items"]]
@@ -56,9 +57,11 @@ def analyse(reports: list[dict], margins: list[float]) -> dict:
                     compared += 1
                 if c.outcome == "regression":
                     alarms += 1
+                    pairs_alarmed.add((a, b))
                     alarm_items.append(f"run{b} vs run{a}: {c.problem}/{c.candidate}: {c.message}")
         out["margins"][f"{margin:g}"] = {"items_compared": compared, "alarms": alarms,
-                                         "rate": alarms / compared if compared else None, "alarm_items": alarm_items}
+                                         "rate": alarms / compared if compared else None,
+                                         "pairs_with_an_alarm": len(pairs_alarmed), "alarm_items": alarm_items}
     widths = [(i["ci"][1] - i["ci"][0]) / i["speedup"] for r in reports for i in r["items"]
               if i["verdict"] == "accepted" and i.get("ci")]
     out["median_rel_ci_width"] = sorted(widths)[len(widths) // 2] if widths else None
@@ -90,7 +93,8 @@ def main() -> int:
           f"{summary['median_rel_ci_width']}")
     for m, s in summary["margins"].items():
         rate = "-" if s["rate"] is None else f"{s['rate']:.3%}"
-        print(f"margin {float(m):.0%}: {s['items_compared']} items compared, {s['alarms']} alarms, rate {rate}")
+        print(f"margin {float(m):.0%}: {s['items_compared']} items compared, {s['alarms']} alarms, rate {rate}; "
+              f"{s['pairs_with_an_alarm']} of {summary['pairs']} pairs of runs with an alarm")
         for a in s["alarm_items"]:
             print(f"  {a}")
     return 0

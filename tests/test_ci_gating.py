@@ -4,7 +4,7 @@ new and missing items, the Markdown summary, junitxml properties and the refusal
 
 The e2e gate runs use a 25% margin: these tests must never fail on a correct program, and an unchanged re-run on
 this shared machine is an A/A comparison whose false-alarm rate at margin 0 is measured (not assumed) in docs/ci.md.
-The slow candidate is ~5x slower than the stored one, so a 25% margin cannot hide it."""
+The slow candidate is 3-5x slower than the stored one here, so a 25% margin cannot hide it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from conftest import REPO, fast_protocol_text
 
 SCHEMA = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())
 
-# the reference does its work five times; the candidate once (~5x, below the 10x breaker)
+# the reference does its work five times; the candidate once (3-5x on CPU, below the 10x breaker)
 REDUNDANT_RELU = '''
 import torch
 import torch.nn as nn

@@ -192,8 +192,10 @@ def test_changed_only_collects_the_candidates_a_change_touched(suite: pytest.Pyt
     assert "suite/relu.py::clamp[cpu]" in out and "other[cpu]" not in out and "once[cpu]" not in out, out
     # xdist workers select the same (the controller hands them the changed files): correctness only, no timing
     res = suite.runpytest_subprocess("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "-n", "2",
-                                     "-v")
+                                     "-v", "--autotune-md=plain.md")
     res.assert_outcomes(passed=1)
+    md = (p / "plain.md").read_text()  # without a comparison: the verdict per item, no stored column
+    assert "| `relu/clamp` | accepted |" in md and "other" not in md and "stored" not in md
     assert "relu.py::clamp[cpu]" in res.stdout.str() and "other[cpu]" not in res.stdout.str()
     res = suite.runpytest_subprocess("--problems=suite", "--autotune-changed-only", "--co", "-q")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "--autotune-base" in res.stderr.str()

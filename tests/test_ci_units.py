@@ -14,6 +14,7 @@ from pytest_autotune.ci.compare import (
     parse_margin,
 )
 from pytest_autotune.ci.markdown import render
+from pytest_autotune.ci.plugin import changed_keys
 from pytest_autotune.ci.stored import StoredItem, StoredRun, check_compatible
 from pytest_autotune.errors import AutotuneUsageError
 from pytest_autotune.result import ItemOutcome, Measurement
@@ -132,3 +133,10 @@ def test_markdown_has_old_and_new_numbers():
     assert "regression" in text and "new (not gated)" in text and "missing" in text and "(1 - 5%)" in text
     plain = render(outs, None, None, 0.0, False, "z" * 32, "cpu")
     assert "1.500x [1.400, 1.600]" in plain and "stored" not in plain
+
+
+def test_changed_files_name_their_candidates():
+    keys = changed_keys(["benchmarks/kernels/level1/candidates/05_softmax/fused_softmax.py",
+                         "benchmarks/kernels/level1/candidates/02_relu/mlx/relu.py", "more/relu/other.py",
+                         "benchmarks/kernels/level1/candidates/05_softmax/README.md"])
+    assert keys == {("05_softmax", "fused_softmax"), ("02_relu", "relu"), ("relu", "other")}

@@ -140,3 +140,35 @@ def test_changed_files_name_their_candidates():
                          "benchmarks/kernels/level1/candidates/02_relu/mlx/relu.py", "more/relu/other.py",
                          "benchmarks/kernels/level1/candidates/05_softmax/README.md"])
     assert keys == {("05_softmax", "fused_softmax"), ("02_relu", "relu"), ("relu", "other")}
+
+
+def test_export_writes_a_loadable_report_and_refuses_unfinished_or_unknown_runs(tmp_path, capsys):
+    import json
+
+    import jsonschema
+    from test_store_schema import fill, make_run, new_store, nonce_for
+
+    from conftest import REPO
+    from pytest_autotune import cli
+
+    schema = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())
+    run = make_run()
+    store = new_store(tmp_path / "results.db", run)
+    fill(store, run, 3)
+    db = str(tmp_path / "results.db")
+    assert cli.main(["export", "latest", "--json", "--db", db]) == 2  # 'latest' is the newest *finished* run
+    assert "no finished run" in capsys.readouterr().err
+    assert cli.main(["export", run.run_id, "--json", "--db", db]) == 2
+    assert "never closed" in capsys.readouterr().err
+    store.finish_run(run.run_id, nonce_for(run.run_id))
+    store.close()
+    assert cli.main(["export", "nosuchrun", "--json", "--db", db]) == 2
+    assert "is not in" in capsys.readouterr().err
+    out = tmp_path / "baseline.json"
+    assert cli.main(["export", run.run_id[:8], "--json", "--db", db, "-o", str(out)]) == 0
+    report = json.loads(out.read_text())
+    jsonschema.validate(report, schema)
+    stored = StoredRun.from_report(report, str(out))
+    assert stored.run_id == run.run_id and stored.protocol_sha256 == run.protocol_sha256
+    assert stored.device_fingerprint == run.device_fingerprint and len(stored.items) == 3
+    assert all(i.verdict == "accepted" and i.numbers is not None for i in stored.items.values())

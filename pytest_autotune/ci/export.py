@@ -25,8 +25,8 @@ def resolve_run(store: "ResultStore", spec: str, *, device: Optional[str] = None
         if not done:
             where = f" on device {device}" if device else ""
             raise AutotuneUsageError(
-                f"no finished run{where} in {store.path} to compare with: record one first (pytest --autotune on the "
-                "default branch), or pass a committed report: --autotune-compare=benchmarks/baseline-cpu.json")
+                f"no finished run{where} in {store.path}: record one first (pytest --autotune on the default branch), "
+                "or compare with a committed report: --autotune-compare=benchmarks/baseline-cpu.json")
         return done[-1]
     hits = [r for r in runs if r["run_id"] == spec] or (
         [r for r in runs if r["run_id"].startswith(spec)] if len(spec) >= 6 else [])

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .gates.base import Gate
     from .measure.devices.base import DeviceSpec
     from .provenance import ProvenanceKey
+    from .result import ItemOutcome
+    from .session import AutotuneSession
 
 
 @pytest.hookspec
@@ -84,3 +86,18 @@ def pytest_autotune_frozen_protocols(config: pytest.Config) -> "dict[str, str]":
 @pytest.hookspec
 def pytest_autotune_result_written(row: dict, table: str, row_id: int, config: pytest.Config) -> None:
     """Called in the controller after a row was committed to ``table`` (results, quarantine or rejections)."""
+
+
+@pytest.hookspec
+def pytest_autotune_session_start(session: "AutotuneSession") -> None:
+    """Called in every process (controller and xdist workers) once the session knows its options, protocol and
+    device, before the controller begins its run in the store. Raise
+    :class:`~pytest_autotune.errors.AutotuneUsageError` to refuse the session (a usage error naming the fix; no run
+    is recorded). The CI comparison (docs/ci.md) loads and checks its stored run here."""
+
+
+@pytest.hookspec
+def pytest_autotune_report_sections(config: pytest.Config, outcomes: "tuple[ItemOutcome, ...]") -> "dict":
+    """Extra top-level sections ``{name: JSON value}`` of the JSON report (controller, end of the session; every
+    outcome of the session, xdist workers' included). Built-in: ``compare`` (docs/ci.md)."""
+    raise NotImplementedError  # a specification: pluggy calls the implementations

@@ -110,6 +110,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--autotune-plots", dest="autotune_plots", default=None, metavar="DIR",
                 help="write PNG plots of the session to DIR (speedups with CI, A/A, transfer ratios, study "
                      "trajectories).")
+    from .ci.options import add_options as add_ci_options
+
+    add_ci_options(g)  # --autotune-compare, --autotune-fail-on, --autotune-fail-margin, --autotune-md (docs/ci.md)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,6 +125,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(fixtures, "autotune-fixtures")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "autotune-xdist")
+    from .ci.plugin import register as register_ci
+
+    register_ci(config)  # before the session: it checks the stored run before the run begins (docs/ci.md)
     try:
         session = AutotuneSession(config)
     except AutotuneUsageError as e:

@@ -77,6 +77,7 @@ class AutotuneSession:
         if self.opts.remeasure and not self.opts.measuring:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         self.recorder: Recorder
+        self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/ci.md)
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
@@ -353,7 +354,15 @@ class AutotuneSession:
                                                           tuple(m.part for m in plan.missing)),
             studies=session_studies(self.studies, self.outcomes, self.opts.device, self.protocol,
                                     self.opts.measuring, self.exploratory, self.remeasure),
-            store_errors=tuple(self.store_errors), rootpath=Path(self.config.rootpath))
+            store_errors=tuple(self.store_errors), rootpath=Path(self.config.rootpath),
+            sections=self.report_sections())
+
+    def report_sections(self) -> dict:
+        """The JSON report's extra sections (the pytest_autotune_report_sections hook; e.g. ``compare``)."""
+        out: dict = {}
+        for part in self.config.hook.pytest_autotune_report_sections(config=self.config, outcomes=tuple(self.outcomes)):
+            out.update(part or {})
+        return out
 
     def finish(self) -> None:
         """Release the sandboxes (every process, at unconfigure)."""

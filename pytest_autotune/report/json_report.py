@@ -67,6 +67,7 @@ def build_report(snap: "SessionSnapshot") -> dict[str, Any]:
         "bars": bars(summary, snap.protocol.bars),
         "store_errors": list(snap.store_errors),
         "studies": snap.studies,
+        **snap.sections,
     }
 
 

@@ -3,7 +3,7 @@ the JSON report, the terminal summary and the plots, so none of them reaches int
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -41,3 +41,5 @@ class SessionSnapshot:
     studies: dict[str, Any]  # the JSON report's "studies" key (study/session_report.py)
     store_errors: tuple[str, ...]
     rootpath: Path
+    #: extra top-level sections of the JSON report (pytest_autotune_report_sections: e.g. ``compare``)
+    sections: dict[str, Any] = field(default_factory=dict)

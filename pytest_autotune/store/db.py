@@ -103,6 +103,11 @@ class ResultStore(StoreWriter):
             return self.select("SELECT * FROM rejections ORDER BY id")
         return self.select("SELECT * FROM rejections WHERE run_id = ? ORDER BY id", [run_id])
 
+    def protocol_body(self, sha256: str) -> str | None:
+        """The protocol.toml text registered under ``sha256`` (None when unknown)."""
+        row = self.select_one("SELECT body FROM protocols WHERE sha256 = ?", [sha256])
+        return None if row is None else str(row["body"])
+
 
 def _prepare_for_writing(conn: sqlite3.Connection, p: Path) -> None:
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

@@ -13,6 +13,8 @@ frozen baseline, never the candidate). Golden outputs are computed here, on the 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import time
 from typing import Any, Optional
@@ -33,9 +35,10 @@ from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
 from .measure.schedule import TimingEvidence, TimingRefused, run_paired_timing
+from .measure.stats import clustered_estimate
 from .problems.discovery import baselines_for
 from .problems.loader import LoadedProblem
-from .problems.model import REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
+from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
 from .result import ItemOutcome, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure
 from .seeds import SeedSource
@@ -103,13 +106,20 @@ class KernelFlow:
         finally:
             ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
-    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource,
-                candidate_probe: Optional[dict] = None) -> TimingEvidence:
+    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, candidate_probe: Optional[dict] = None,
+                share: int = 1) -> TimingEvidence:
+        """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over that many pairs of
+        processes, each with that share of the budget and of the minimum and maximum pair counts."""
         env = self.env
-        return run_paired_timing(cand, base, env.protocol, env.protocol.timing_plan(env.device_spec.name), seeds,
+        plan = env.protocol.timing_plan(env.device_spec.name)
+        if share > 1:
+            plan = dataclasses.replace(plan, min_pairs=max(2, -(-plan.min_pairs // share)),
+                                       max_pairs=max(2, plan.max_pairs // share))
+        return run_paired_timing(cand, base, env.protocol, plan, seeds,
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
-                                 budget_scale=env.budget_scale, sample_cpus=env.cpus, candidate_probe=candidate_probe)
+                                 budget_scale=env.budget_scale / share, sample_cpus=env.cpus,
+                                 candidate_probe=candidate_probe)
 
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
@@ -197,7 +207,14 @@ class KernelFlow:
             return FlowVerdict(self._outcome(spec, "rejected", "load",
                                              f"{item.problem_src.path} has no ModelMLX port for --device=mlx"))
         # ---- the strongest frozen baseline (timed in clean processes: needs the device to itself)
-        if env.measuring:
+        if env.measuring and spec.candidate.name == AA_CANDIDATE_NAME:
+            # A/A: the reference against itself, never against a faster declared baseline (that would be a
+            # comparison, not the harness's own bias)
+            item.choice = BaselineChoice(REFERENCE_BASELINE, item.problem_src.sha256, 1.0)
+            ctx.baseline = item.choice
+            ctx.details["baseline_choice"] = {"baseline": "reference", "gain_vs_reference": 1.0, "declared": {},
+                                              "aa": True}
+        elif env.measuring:
             t0 = time.perf_counter()
             with env.lock.exclusive():
                 item.choice = self.baseline_choice(spec.problem, item.problem_src, item.problem, item.sizes,
@@ -268,23 +285,73 @@ class KernelFlow:
                                           - int(box.hello.get("threads_before_import", 0)))
 
     def _timed(self, item: ItemRun, box: Sandbox) -> Optional[FlowVerdict]:
-        """5. paired timing against the baseline in its own sandbox (device exclusive); 6. integrity, 7. breaker.
+        """5. paired timing against the baseline in its own sandbox (device exclusive), in ``[timing].process_pairs``
+        pairs of processes; 6. integrity (on every pair's evidence), 7. breaker (on the pooled measurement).
         ``None`` when the item passed them all."""
+        env, ctx = self.env, item.ctx
+        n = env.protocol.timing.process_pairs
+        runs: list[TimingEvidence] = []
+        for j in range(n):
+            refused = self._timed_pair(item, box if j == 0 else None, j, n, runs)
+            if refused is not None:
+                return refused
+        ev = runs[0] if n == 1 else self._pooled(runs)
+        ctx.timing = ev
+        ctx.measurement = item_measurement(env, item, ev)
+        refused_outcome = self._run_stage(ctx, "breaker")
+        return self._refused(item, refused_outcome) if refused_outcome else None
+
+    def _timed_pair(self, item: ItemRun, box: Optional[Sandbox], j: int, n: int,
+                    runs: list[TimingEvidence]) -> Optional[FlowVerdict]:
+        """One pair of processes: ``box`` (the candidate's timing sandbox already started) or a fresh one, and a fresh
+        baseline sandbox; odd pairs start the baseline's first, so neither arm is always the older process."""
         env, spec, ctx = self.env, item.spec, item.ctx
         base_init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src, "ModelNew")
-        with env.lock.exclusive(), self._start(base_init, f"baseline-{spec.item_key}", ctx) as base:
-            item.boxes["baseline"] = base
+        cand_init = self._init(item.problem_src, item.sizes, item.init_seed, "candidate", item.cand_src,
+                               spec.candidate.class_name)
+        suffix = f"-p{j}" if n > 1 else ""
+        with env.lock.exclusive(), contextlib.ExitStack() as stack:
+            if box is None and j % 2 == 1:
+                base = stack.enter_context(self._start(base_init, f"baseline-{spec.item_key}{suffix}", ctx))
+                box = stack.enter_context(self._start(cand_init, f"{spec.item_key}-timing{suffix}", ctx))
+            else:
+                if box is None:
+                    box = stack.enter_context(self._start(cand_init, f"{spec.item_key}-timing{suffix}", ctx))
+                base = stack.enter_context(self._start(base_init, f"baseline-{spec.item_key}{suffix}", ctx))
+            if j > 0:
+                self._adopt(ctx, box)
+                item.boxes[f"candidate (timing){suffix}"] = box
+            item.boxes[f"baseline{suffix}"] = base
             try:
-                ev = self._timing(box, base, ctx.seeds, item.candidate_probe)
+                ev = self._timing(box, base, ctx.seeds, item.candidate_probe, share=n)
             except TimingRefused as e:
                 return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
-        ctx.timing = ev
-        ctx.measurement = item_measurement(self.env, item, ev)
-        for stage in ("integrity", "breaker"):
-            refused = self._run_stage(ctx, stage)
+            ctx.timing = ev
+            runs.append(ev)
+            # integrity on this pair's own evidence (its rounds, clocks and CPU accounts), sandboxes still alive
+            refused = self._run_stage(ctx, "integrity")
             if refused:
                 return self._refused(item, refused)
         return None
+
+    def _pooled(self, runs: list[TimingEvidence]) -> TimingEvidence:
+        """The measurement of several pairs of processes: their ratios pooled, the CI resampling pairs of processes
+        (measure/stats.py ``clustered_estimate``)."""
+        st = self.env.protocol.statistics
+        plan = self.env.protocol.timing_plan(self.env.device_spec.name)
+        est = clustered_estimate([ev.pairs() for ev in runs], level=st.ci_level, resamples=st.bootstrap_resamples,
+                                 seed=self.env.protocol.timing.process_pairs)
+        per_pair = [{"speedup": ev.estimate.speedup if ev.estimate else None,
+                     "ci": [ev.estimate.ci_low, ev.estimate.ci_high] if ev.estimate else None,
+                     "n_pairs": ev.estimate.n_pairs if ev.estimate else 0, "calls_per_sample": ev.calls_per_sample,
+                     "stop_reason": ev.stop_reason} for ev in runs]
+        last = runs[-1]
+        return dataclasses.replace(
+            last, rounds=[r for ev in runs for r in ev.rounds], estimate=est,
+            ci_target_met=est.rel_width <= plan.ci_target_rel_width,
+            stop_reason=f"{len(runs)} pairs of processes ({'; '.join(ev.stop_reason for ev in runs)})",
+            elapsed_s=sum(ev.elapsed_s for ev in runs), timed_s=sum(ev.timed_s for ev in runs),
+            calibration={**last.calibration, "process_pairs": per_pair})
 
     def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:
         ctx = item.ctx

@@ -63,6 +63,7 @@ class TimingSection:
     pin: str = _f(choices=("same-cpu", "none"))
     fresh_sandboxes: bool = _f()
     disable_gc: bool = _f()
+    process_pairs: int = _f(ge=1)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ def fast_protocol_text(**overrides: str) -> str:
         "timing.min_sample_s": "0.001",
         "probes.max_examples": "6",
         "probes.shape_examples": "2",
+        # one pair of processes per item: the suite's items test gates and plumbing, not between-process offsets
+        # (the pooled path has its own tests: tests/test_plugin_e2e.py::test_aa_item_reads_about_one)
+        "timing.process_pairs": "1",
     }
     defaults.update(overrides)
     lines = text.splitlines()

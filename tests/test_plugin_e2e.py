@@ -226,13 +226,21 @@ def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pyte
 
 
 def test_aa_item_reads_about_one(pytester: pytest.Pytester):
+    """The reference against itself, in two pairs of processes (the protocol's default), and against the reference
+    even where a faster baseline is declared (an A/A against the strongest baseline would be a comparison)."""
     write(pytester.path, "suite/softmax.py", F.SOFTMAX)
-    fast(pytester, **{"timing.item_budget_s": "2.0"})
+    write(pytester.path, "suite/baselines/softmax/previous_best.py", F.CAND_SOFTMAX)
+    fast(pytester, **{"timing.item_budget_s": "2.0", "timing.process_pairs": "2"})
     pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-aa",
-                                  "--autotune-json=r.json")
+                                  "-k", "reference-aa", "--autotune-json=r.json")
     (aa,) = report(pytester.path / "r.json")["items"]
-    assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted"
+    assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted", aa["reason"]
+    assert aa["baseline"] == "reference" and aa["strawman_speedup"] == aa["speedup"]
     assert 0.67 < aa["speedup"] < 1.5  # paired A/A; the docs record the measured bias and CI coverage
+    pairs = aa["details"]["timing"]["calibration"]["process_pairs"]
+    assert len(pairs) == 2 and sum(p["n_pairs"] for p in pairs) == aa["n_pairs"] >= 8
+    assert aa["reason"].startswith("2 pairs of processes")
+    assert {"candidate (timing)", "baseline-p0", "candidate (timing)-p1", "baseline-p1"} <= set(aa["details"]["wire"])
 
 
 def test_strongest_declared_baseline_is_used_and_strawman_is_shown(pytester: pytest.Pytester):

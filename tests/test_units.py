@@ -186,3 +186,27 @@ def test_hookspec_example_runs(pytester):
             assert mine[0].check(fast, "breaker") is None
     '''))
     pytester.runpytest("-q").assert_outcomes(passed=1)
+
+
+def test_clustered_estimate_widens_the_ci_by_what_pairs_of_processes_disagree_on():
+    """Two pairs of processes whose ratios sit around 0.92 (48 pairs) and 1.08 (16 pairs): an offset per pair of
+    processes. Pooled as if one, the bootstrap CI is narrow around 0.92 and excludes 1.08; resampling the pairs of
+    processes first, the CI spans what the two disagree on. One group is exactly the plain paired estimate; the
+    same samples give the same CI."""
+    import numpy as np
+
+    from pytest_autotune.measure.stats import clustered_estimate, paired_estimate
+
+    rng = np.random.default_rng(5)
+    base = [list(1.0 + 0.01 * rng.standard_normal(n)) for n in (48, 16)]
+    cand = [[b / (0.92 + 0.005 * rng.standard_normal()) for b in base[0]],
+            [b / (1.08 + 0.005 * rng.standard_normal()) for b in base[1]]]
+    groups = list(zip(base, cand))
+    pooled = paired_estimate(base[0] + base[1], cand[0] + cand[1], level=0.95, resamples=2000, seed=1)
+    clustered = clustered_estimate(groups, level=0.95, resamples=2000, seed=1)
+    assert clustered.n_pairs == pooled.n_pairs == 64 and clustered.speedup == pooled.speedup
+    assert pooled.ci_high < 0.95 and clustered.ci_low < 0.93 and clustered.ci_high > 1.07
+    assert clustered_estimate(groups, level=0.95, resamples=2000, seed=1) == clustered
+    one = clustered_estimate(groups[:1], level=0.95, resamples=500, seed=3)
+    assert one == paired_estimate(base[0], cand[0], level=0.95, resamples=500, seed=3)
+

@@ -85,7 +85,7 @@ def test_schema_version_and_migrations():
 
 
 def test_new_and_migrated_store_store_exactly_the_expected_sql(tmp_path):
-    """SQLite splices ADD COLUMN definitions into the stored CREATE TABLE text; schema.TABLES predicts it."""
+    """SQLite splices ADD COLUMN definitions into the stored CREATE TABLE text; the expected text is read from the migrated in-memory template (store/template.py)."""
     store = ResultStore.open(tmp_path / "new.db")
     actual = {
         (r[0], r[1]): r[2]

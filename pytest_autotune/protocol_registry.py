@@ -16,8 +16,9 @@ from .protocol import Protocol
 FROZEN_PROTOCOLS: dict[str, str] = {
     "1": "64a820a6175f7f96e162d9613c2b4ed18c938d54e8652b6b4bc21e8e3a2b2670",
     "2": "82a8d86b7a2a53b8875ac6607a992c8df4e72b8b6eb1a26507a2065983e73d9d",
-    # 3: [timing].process_pairs = 2 (the item's timing over two pairs of processes, CI resampling them)
-    "3": "ab451c06bbd28e6bb5b6cfaaba4312d3af1542ff31c2ac037c4ec2ea12f06fb5",
+    # 3: [timing].process_pairs = 2 (two pairs of processes, CI resampling them); [integrity] prepare rule on
+    # other threads (abs), whole-CPU ratio 3.0 (a gross bound)
+    "3": "4d325d0d656aa290b14fafc3805b05ef4edd630bedd7e2f167d5b490427736f0",
 }
 
 

@@ -166,10 +166,13 @@ def test_threads_refuses_helper_processes_and_threads_left_running():
 # ------------------------------------------------------------------------------------------------ idle
 
 
-def _idle_ev(idle_b: float, prep_b: float = 0.010) -> TimingEvidence:
+def _idle_ev(idle_b: float, prep_b: float = 0.010, other_b: float = 0.0) -> TimingEvidence:
+    """``prep_b``: the candidate sandbox's CPU building a round's inputs (the baseline's: 10 ms), of which
+    ``other_b`` on threads other than the main one."""
     ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.002})
     for rd in ev.rounds:
         rd.prepare_cpu_s = {"A": 0.010, "B": prep_b}
+        rd.prepare_other_cpu_s = {"A": 0.0, "B": other_b}
     ev.cpu = {"A": {"busy_s": 0.2, "idle_s": 0.0005, "during_other_samples_s": 0.0, "readable": True},
               "B": {"busy_s": 0.2, "idle_s": idle_b, "during_other_samples_s": idle_b / 2, "readable": True}}
     ev.commands = {"A": 40, "B": 40}
@@ -186,9 +189,14 @@ def test_idle_refuses_cpu_used_while_no_request_was_outstanding():
 
 
 def test_idle_refuses_work_done_while_inputs_were_built():
-    refused = IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.020)), "integrity")
+    """A helper thread working while the inputs are built: refused however little the whole CPU moved. The main
+    thread's own prepare CPU may differ by what memory the arm's kernel left untouched (1.49x measured for an
+    honest clamp against its reference): only a gross excess of the whole is refused."""
+    refused = IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.015, other_b=0.004)), "integrity")
+    assert refused is not None and "other than the main one" in refused.reason
+    assert IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.0149)), "integrity") is None  # honest: page faults
+    refused = IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.040)), "integrity")
     assert refused is not None and "building a round's inputs" in refused.reason
-    assert IdleGate().check(_ctx(_idle_ev(0.0008, prep_b=0.0115)), "integrity") is None  # within the ratio
 
 
 # ------------------------------------------------------------------------------------------------ device clock

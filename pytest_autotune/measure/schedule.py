@@ -68,6 +68,9 @@ class RoundRecord:
     prepare_cpu_s: dict = field(default_factory=dict)
     #: ... and fingerprinting and freeing the last round's outputs (not the same work: other outputs, other heaps)
     release_cpu_s: dict = field(default_factory=dict)
+    #: ... of that (prepare) CPU, what threads other than the main one used: the harness builds inputs on the main
+    #: thread, so this is nobody's work but the candidate's
+    prepare_other_cpu_s: dict = field(default_factory=dict)
     #: the controller's wall time for both steps (both sandboxes at once)
     prepare_s: float = 0.0
     helper_processes: int = 0
@@ -182,6 +185,8 @@ class _Driver:
                                     "integrity" if reply.get("refusal") else "timing")
             delta = deltas[arm]
             reply["_cpu_s"] = None if delta is None else delta[0] * 1e-9
+            # CPU of the sandbox's threads other than the main one (the harness works on the main thread)
+            reply["_other_cpu_s"] = None if delta is None else max(0, delta[0] - delta[1]) * 1e-9
         return replies
 
     def sample(self, arm: str, group: str, position: int, phase: str) -> SampleRecord:
@@ -305,6 +310,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         samples = tuple(drv.sample(arm, group, pos, "timing") for pos, (arm, group) in enumerate(seq))
         rec = RoundRecord(r_index, order, p1, p2, samples,
                           prepare_cpu_s={arm: prep[arm]["_cpu_s"] for arm in prep},
+                          prepare_other_cpu_s={arm: prep[arm]["_other_cpu_s"] for arm in prep},
                           release_cpu_s={arm: rel[arm]["_cpu_s"] for arm in rel},
                           prepare_s=time.perf_counter() - t_prep - sum(
                               (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),

@@ -322,6 +322,10 @@ def serve(chan: Channel) -> int:
 
 
 def main(fd: int) -> int:
+    """Spawn mode (no zygote): what the zygote sets up once, done here."""
+    from .environment import no_progress_monitor
+
+    no_progress_monitor()
     chan = Channel.from_fd(fd)
     try:
         return serve(chan)

@@ -13,8 +13,9 @@ _KEEP_ENV = (
     "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
 )
 _KEEP_PREFIXES = ("CUDA_", "NVIDIA_", "HIP_", "MLX_")
+#: ... and inductor's compile workers (one: torch.compile compiles in the sandbox's own process, no worker pool)
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS")
+                "NUMEXPR_NUM_THREADS", "BLIS_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS")
 
 
 def sandbox_env(threads: int, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
@@ -26,3 +27,15 @@ def sandbox_env(threads: int, extra: Optional[dict[str, str]] = None) -> dict[st
     env["PYTHONHASHSEED"] = "0"
     env.update(extra or {})
     return env
+
+
+def no_progress_monitor() -> None:
+    """tqdm's first progress bar (torch.compile draws one; an explicit ``disable=False`` beats TQDM_DISABLE) starts a
+    monitor thread that outlives the call, which the correctness gate must count as a thread left running. With
+    its interval at 0 tqdm starts none. Set once here, before any candidate exists; a candidate that sets it back
+    starts its own thread and is refused for it."""
+    try:
+        import tqdm
+    except ImportError:
+        return
+    tqdm.tqdm.monitor_interval = 0

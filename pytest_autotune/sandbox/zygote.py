@@ -131,6 +131,9 @@ def main() -> None:
     import torch  # noqa: F401
 
     from . import child  # noqa: F401
+    from .environment import no_progress_monitor
+
+    no_progress_monitor()
 
     if plan.seccomp:  # loaded once here, not in every sandbox
         from .seccomp_filter import bindings

@@ -35,7 +35,7 @@ def no_progress_monitor() -> None:
     its interval at 0 tqdm starts none. Set once here, before any candidate exists; a candidate that sets it back
     starts its own thread and is refused for it."""
     try:
-        import tqdm
+        import tqdm  # type: ignore[import-untyped]
     except ImportError:
         return
     tqdm.tqdm.monitor_interval = 0

@@ -34,8 +34,10 @@ def no_progress_monitor() -> None:
     monitor thread that outlives the call, which the correctness gate must count as a thread left running. With
     its interval at 0 tqdm starts none. Set once here, before any candidate exists; a candidate that sets it back
     starts its own thread and is refused for it."""
+    import importlib
+
     try:
-        import tqdm  # type: ignore[import-untyped]
+        tqdm = importlib.import_module("tqdm")  # by name: optional, and it ships no type stubs
     except ImportError:
         return
     tqdm.tqdm.monitor_interval = 0

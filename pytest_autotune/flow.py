@@ -30,10 +30,11 @@ from .gates.base import (
 )
 from .gates.compare import compare_outputs
 from .golden import Golden
-from .item_run import FlowEnv, FlowVerdict, ItemRun, jsonable
+from .item_run import FlowEnv, FlowVerdict, ItemRun
 from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
+from .jsonable import jsonable
 from .measure.schedule import TimingEvidence, TimingRefused, run_paired_timing
 from .measure.stats import clustered_estimate
 from .problems.discovery import baselines_for

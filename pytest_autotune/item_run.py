@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Optional
-
-import torch
+from typing import Callable, Optional
 
 from .gates.base import BaselineChoice, Gate, GateContext
 from .golden import Golden
+from .jsonable import jsonable
 from .measure.devices.base import Device
 from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
@@ -143,21 +141,4 @@ def result(env: FlowEnv, item: ItemRun) -> KernelResult:
     )
 
 
-def jsonable(x: Any) -> Any:
-    """``x`` as JSON can hold it (non-finite floats become null; tensors a short list or their shape)."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float):
-        return x if x == x and x not in (float("inf"), float("-inf")) else None
-    if isinstance(x, (str, int, bool)) or x is None:
-        return x
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, torch.Tensor):
-        return x.tolist() if x.numel() <= 16 else f"tensor{tuple(x.shape)}"
-    return str(x)
-
-
-__all__ = ["FlowEnv", "FlowVerdict", "ItemRun", "measurement", "details", "result", "jsonable"]
+__all__ = ["FlowEnv", "FlowVerdict", "ItemRun", "measurement", "details", "result"]

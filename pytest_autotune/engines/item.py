@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -188,17 +187,3 @@ def base_env() -> dict[str, str]:
     credentials), so that both arms start in the same one and it is recorded."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "LOGNAME")
     return {k: os.environ[k] for k in keep if k in os.environ}
-
-
-def jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, (str, int, bool)) or x is None:
-        return x
-    if isinstance(x, Path):
-        return str(x)
-    return str(x)

@@ -23,6 +23,7 @@ import dataclasses
 import time
 from typing import Any, Optional
 
+from ..jsonable import jsonable
 from ..result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
 from ..seeds import SeedSource
 from .adapters.base import EngineAdapter
@@ -39,7 +40,6 @@ from .item import (
     ItemContext,
     LaunchOutcome,
     Refused,
-    jsonable,
     launch_order,
     slug,
 )

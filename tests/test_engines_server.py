@@ -20,7 +20,9 @@ from pytest_autotune.engines.loadgen import (
     run_window,
     run_window_sampled,
 )
+from pytest_autotune.engines.placement import load_generator_placed, parse_cpu_list, pinned_cpus
 from pytest_autotune.engines.server import EngineLaunchError, EngineServer, live_servers
+from pytest_autotune.engines.supervisor import kill_tree
 
 sys.path.insert(0, str(Path(__file__).parent / "engine_fakes"))
 from support import CONFTEST, FAKE_SERVER, alive, model_table, prepare_cache, processes_matching, wait_until  # noqa: E402
@@ -205,3 +207,40 @@ def _written(path) -> bool:
         return path.read_text().strip().isdigit()
     except OSError:
         return False
+
+
+def test_cpu_lists_parse_as_the_kernel_writes_them():
+    assert parse_cpu_list("0-2,5\n") == {0, 1, 2, 5}
+    assert parse_cpu_list("3") == {3}
+    assert parse_cpu_list("") == frozenset()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two CPUs to pin a server to one of them")
+def test_load_generator_leaves_the_cpus_a_server_pinned_and_gets_them_back():
+    mine = frozenset(os.sched_getaffinity(0))
+    engine_cpu = min(mine)
+    # a "server" whose grandchild pins itself, as vLLM's worker does (VLLM_CPU_OMP_THREADS_BIND=auto)
+    code = ("import os, subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', "
+            f"'import os, time; os.sched_setaffinity(0, {{{engine_cpu}}}); time.sleep(60)'])\n"
+            "time.sleep(60)\n")
+    server = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and engine_cpu not in pinned_cpus(server.pid, mine):
+            time.sleep(0.05)
+        assert pinned_cpus(server.pid, mine) == {engine_cpu}
+        with load_generator_placed(server.pid) as note:
+            assert note is not None and f"pinned CPU(s) {engine_cpu}" in note
+            assert os.sched_getaffinity(0) == mine - {engine_cpu}
+        assert os.sched_getaffinity(0) == mine
+    finally:
+        kill_tree(server, 1.0)
+    # nothing pinned: nothing moves
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with load_generator_placed(plain.pid) as note:
+            assert note is None and os.sched_getaffinity(0) == mine
+    finally:
+        kill_tree(plain, 1.0)

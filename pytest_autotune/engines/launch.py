@@ -22,6 +22,7 @@ from .item import (
 )
 from .loadgen import MetricsSampler, WindowStats, run_window, run_window_sampled
 from .metrics import MetricsSnapshot, parse_prometheus
+from .placement import load_generator_placed
 from .quality import judge, token_agreement
 from .server import EngineLaunchError, EngineServer
 
@@ -75,28 +76,33 @@ def launch(env: EngineEnv, ctx: ItemContext, arm: str, index: int, pair: int, fl
                         f"({self_agreement.describe()}): the quality gate cannot judge a configuration of "
                         f"this engine here; pin the engine's numerics (e.g. dtype) in [server].flags"), "error")
         # ---- warm-up (discarded), then the measured windows with the metrics sampled
-        for k, reqs in enumerate(ctx.warmup_reqs):
-            ws, _ = run_window(server.base_url, SERVED_NAME, reqs, concurrency=spec.workload.concurrency,
-                               timeout_s=p.request_timeout_s)
-            lo.warmup.append(ws)
-            if ws.errors:
-                _refuse_errors(env, arm, f"warm-up window {k + 1}", ws, ctx, lo)
-        before = scrape(adapter, server)
-        maxima: dict[str, float] = {}
-        for k, reqs in enumerate(ctx.windows):
-            sampler = (MetricsSampler(server.base_url + adapter.metrics_path, adapter.load_gauges,
-                                      p.metrics_interval_s) if adapter.metrics_path and adapter.load_gauges else None)
-            ws, _ = run_window_sampled(server.base_url, SERVED_NAME, reqs, concurrency=spec.workload.concurrency,
-                                       timeout_s=p.request_timeout_s, sampler=sampler)
-            lo.windows.append(ws)
-            if sampler is not None:
-                for g, v in sampler.maxima.items():
-                    maxima[g] = max(maxima.get(g, v), v)
-            env.progress(f"  window {k + 1}/{len(ctx.windows)}: {ws.completed}/{ws.requests} requests, "
-                         f"{ws.requests_per_s:.2f} req/s, {ws.output_tokens_per_s:.0f} tok/s, "
-                         f"p50 latency {_ms(ws.latency_s.get('p50'))}, {ws.errors} errors")
-            if ws.errors > p.max_error_rate * ws.requests:
-                _refuse_errors(env, arm, f"window {k + 1}", ws, ctx, lo)
+        # the load generator leaves the CPUs the engine pinned its workers to (placement.py says why)
+        with load_generator_placed(server.server_pid) as placed:
+            if placed is not None:
+                server.record.notes.append(placed)
+                env.progress(f"  {placed}")
+            for k, reqs in enumerate(ctx.warmup_reqs):
+                ws, _ = run_window(server.base_url, SERVED_NAME, reqs, concurrency=spec.workload.concurrency,
+                                   timeout_s=p.request_timeout_s)
+                lo.warmup.append(ws)
+                if ws.errors:
+                    _refuse_errors(env, arm, f"warm-up window {k + 1}", ws, ctx, lo)
+            before = scrape(adapter, server)
+            maxima: dict[str, float] = {}
+            for k, reqs in enumerate(ctx.windows):
+                sampler = (MetricsSampler(server.base_url + adapter.metrics_path, adapter.load_gauges,
+                                          p.metrics_interval_s) if adapter.metrics_path and adapter.load_gauges else None)
+                ws, _ = run_window_sampled(server.base_url, SERVED_NAME, reqs, concurrency=spec.workload.concurrency,
+                                           timeout_s=p.request_timeout_s, sampler=sampler)
+                lo.windows.append(ws)
+                if sampler is not None:
+                    for g, v in sampler.maxima.items():
+                        maxima[g] = max(maxima.get(g, v), v)
+                env.progress(f"  window {k + 1}/{len(ctx.windows)}: {ws.completed}/{ws.requests} requests, "
+                             f"{ws.requests_per_s:.2f} req/s, {ws.output_tokens_per_s:.0f} tok/s, "
+                             f"p50 latency {_ms(ws.latency_s.get('p50'))}, {ws.errors} errors")
+                if ws.errors > p.max_error_rate * ws.requests:
+                    _refuse_errors(env, arm, f"window {k + 1}", ws, ctx, lo)
         after = scrape(adapter, server)
         lo.evidence = LaunchEvidence(effective, before, after, maxima,
                                      requests_sent=sum(len(w) for w in ctx.windows), workload=spec.workload)

@@ -27,16 +27,17 @@ OVERHEAD = 300e-6  # harness work around a sample, the same for both arms
 
 def _sample(arm: str, group: str, pos: int, t0: int, *, work: float, reported: float | None = None,
             preempt_in: float = 0.0, preempt_out: float = 0.0, extra_threads_cpu: float = 0.0,
-            new_threads: int = 0, event: float | None = None) -> tuple[SampleRecord, int]:
+            new_threads: int = 0, event: float | None = None, jitter: float = 0.0) -> tuple[SampleRecord, int]:
     """A sample whose calls run ``work`` s of CPU, preempted ``preempt_in`` s inside its timed region and
-    ``preempt_out`` s around it; the sandbox reports ``reported`` (default: the truth, work + preempt_in)."""
+    ``preempt_out`` s around it; the sandbox reports ``reported`` (default: the truth, work + preempt_in). The
+    harness's own work around it is ``OVERHEAD`` + ``jitter``."""
     host = work + preempt_in
     rep = host if reported is None else reported
     window = OVERHEAD + preempt_out + host
     start = t0 + int((OVERHEAD / 2 + preempt_out) * 1e9)
     stamps = (start, start + int(host * 1e9))
     t1 = t0 + int(window * 1e9)
-    main_cpu = OVERHEAD + work
+    main_cpu = OVERHEAD + jitter + work
     return SampleRecord(arm, group, pos, rep if event is None else event, rep, (t0, t1), stamps,
                         main_cpu + extra_threads_cpu, main_cpu, preempt_in + preempt_out, new_threads), t1 + 50_000
 
@@ -125,6 +126,32 @@ def test_wall_clock_sees_a_halved_sample_through_milliseconds_of_preemption():
         rng.seed(100 + seed)
         honest = _evidence(16, lambda r, pos, arm, g: {"work": 0.004 if arm == "A" else 0.002, **load()})
         assert WallClockGate().check(_ctx(honest), "integrity") is None, seed
+
+
+def test_wall_clock_allowance_is_not_widened_by_the_cheats_own_two_modes():
+    """cheat_clock_between_checks as the catalog session measured it (2026-12-01): 16 unpreempted samples an arm,
+    the harness's own work around a sample spread over ~0.6-1.1 ms, every other candidate sample of ~2 ms reported
+    at half (half of 1.2-2.4 ms hidden). Bootstrapping the candidate's samples made its two modes part of the
+    "noise" and accepted it in 2 of 6 sessions; the spread is read from the baseline's samples. Honest candidates
+    under the same jitter pass."""
+    def session(seed: int, cheat: bool) -> TimingEvidence:
+        rng = random.Random(seed)
+
+        def make(r, pos, arm, g):
+            kw = {"work": rng.uniform(0.0012, 0.0024) if arm == "B" else 0.004,
+                  "jitter": rng.gauss(0.0, 100e-6) + rng.expovariate(1 / 80e-6)}
+            if cheat and arm == "B" and g == "p2":
+                kw["reported"] = kw["work"] / 2
+            return kw
+
+        return _evidence(8, make)
+
+    # 200 seeded sessions each: the cheat refused in 198 (171 with both arms bootstrapped), honest ones in none
+    refused = [WallClockGate().check(_ctx(session(seed, cheat=True)), "integrity") for seed in range(200)]
+    assert all("time is missing" in r.reason for r in refused if r is not None)
+    assert sum(r is not None for r in refused) >= 195
+    for seed in range(200):
+        assert WallClockGate().check(_ctx(session(1000 + seed, cheat=False)), "integrity") is None, seed
 
 
 def test_wall_clock_refuses_stamps_outside_the_controllers_window():

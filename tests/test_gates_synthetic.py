@@ -193,15 +193,16 @@ def test_threads_refuses_helper_processes_and_threads_left_running():
 # ------------------------------------------------------------------------------------------------ idle
 
 
-def _idle_ev(idle_b: float, prep_b: float = 0.010, other_b: float = 0.0) -> TimingEvidence:
+def _idle_ev(idle_b: float, prep_b: float = 0.010, other_b: float = 0.0, largest_b: float = 0.0) -> TimingEvidence:
     """``prep_b``: the candidate sandbox's CPU building a round's inputs (the baseline's: 10 ms), of which
-    ``other_b`` on threads other than the main one."""
+    ``other_b`` on threads other than the main one; ``largest_b``: the most idle CPU of one interval."""
     ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.002})
     for rd in ev.rounds:
         rd.prepare_cpu_s = {"A": 0.010, "B": prep_b}
         rd.prepare_other_cpu_s = {"A": 0.0, "B": other_b}
     ev.cpu = {"A": {"busy_s": 0.2, "idle_s": 0.0005, "during_other_samples_s": 0.0, "readable": True},
-              "B": {"busy_s": 0.2, "idle_s": idle_b, "during_other_samples_s": idle_b / 2, "readable": True}}
+              "B": {"busy_s": 0.2, "idle_s": idle_b, "during_other_samples_s": idle_b / 2, "readable": True,
+                    "idle_max_s": largest_b}}
     ev.commands = {"A": 40, "B": 40}
     return ev
 
@@ -213,6 +214,14 @@ def test_idle_passes_a_sandbox_that_sleeps_between_requests():
 def test_idle_refuses_cpu_used_while_no_request_was_outstanding():
     refused = IdleGate().check(_ctx(_idle_ev(0.02)), "integrity")
     assert refused is not None and "no request to answer" in refused.reason
+
+
+def test_idle_leaves_out_one_interval_but_not_work_that_recurs():
+    """CI, 2026-12-01: an honest clamp's sandbox used 3.99 ms idle in one item (0.00-0.28 ms in 12 re-runs): a
+    one-off event in one interval is left out. The same CPU spread over the item's intervals is refused."""
+    assert IdleGate().check(_ctx(_idle_ev(0.0045, largest_b=0.0040)), "integrity") is None
+    refused = IdleGate().check(_ctx(_idle_ev(0.0045, largest_b=0.0006)), "integrity")
+    assert refused is not None and "without its largest interval" in refused.reason
 
 
 def test_idle_refuses_work_done_while_inputs_were_built():

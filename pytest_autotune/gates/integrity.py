@@ -100,7 +100,8 @@ class IdleGate(Gate):
     between them (idle), reading the kernel's clocks (:mod:`pytest_autotune.measure.procstat`). An honest sandbox
     blocks on its socket between requests; the candidate's may use twice what the baseline's used idle (a runtime's
     own background threads show in both) plus ``idle_cpu_per_command_s`` per request plus ``idle_cpu_rel`` of its
-    busy CPU. Building a round's inputs (``prepare``) is the same harness code on the same recipes in both
+    busy CPU, not counting its largest single interval between two requests (a one-off event; work deferred out of
+    the calls recurs, and a single interval carries at most one call's worth of it). Building a round's inputs (``prepare``) is the same harness code on the same recipes in both
     sandboxes on the main thread: the CPU of the candidate sandbox's other threads there may exceed the baseline's by
     at most ``prepare_cpu_abs_s`` (median over rounds), and its whole CPU there the baseline's by at most
     ``prepare_cpu_max_ratio`` and ``prepare_cpu_abs_s`` (a gross bound: page faults on memory
@@ -124,17 +125,23 @@ class IdleGate(Gate):
                   if r.prepare_cpu_s.get("A") and r.prepare_cpu_s.get("B") is not None]
         diffs = [r.prepare_cpu_s["B"] - r.prepare_cpu_s["A"] for r in ev.rounds
                  if r.prepare_cpu_s.get("A") is not None and r.prepare_cpu_s.get("B") is not None]
+        # the largest single interval is left out: an honest candidate's sandbox once used 3.99 ms in one
+        # item against 0.00-0.28 ms in 12 re-runs of it (a one-off event); deferred work recurs in many intervals
+        largest = float(cand.get("idle_max_s") or 0.0)
+        recurrent = cand["idle_s"] - largest
         ctx.evidence.idle = {"candidate_idle_cpu_s": cand["idle_s"], "allowed_s": allowed,
+                               "largest_interval_s": largest, "compared_s": recurrent,
                                "during_baseline_samples_s": cand["during_other_samples_s"],
                                "baseline_idle_cpu_s": base.get("idle_s"),
                                "prepare_cpu_ratio": statistics.median(ratios) if ratios else None,
                                "prepare_cpu_extra_s": statistics.median(diffs) if diffs else None,
                                "release_cpu_s": _median_by_arm([r.release_cpu_s for r in ev.rounds])}
-        if cand["idle_s"] > allowed:
+        if recurrent > allowed:
             return GateOutcome.refuse(
                 "integrity", f"the candidate's sandbox used {cand['idle_s'] * 1e3:.2f} ms of CPU while it had no "
                 f"request to answer ({cand['during_other_samples_s'] * 1e3:.2f} ms of it while the baseline was "
-                f"timed; at most {allowed * 1e3:.2f} ms allowed): work ran outside the candidate's calls")
+                f"timed; {recurrent * 1e3:.2f} ms without its largest interval, at most {allowed * 1e3:.2f} ms "
+                "allowed): work ran outside the candidate's calls")
         others = [r.prepare_other_cpu_s["B"] - r.prepare_other_cpu_s.get("A", 0.0) for r in ev.rounds
                   if r.prepare_other_cpu_s.get("B") is not None and r.prepare_other_cpu_s.get("A") is not None]
         ctx.evidence.idle["prepare_other_threads_extra_s"] = statistics.median(others) if others else None

@@ -64,6 +64,9 @@ class CpuAccount:
     idle_s: float = 0.0
     #: idle CPU seen during each of the other arm's samples (the candidate must be asleep then)
     during_other_samples_s: float = 0.0
+    #: the most idle CPU of one interval between two checkpoints (a one-off event, e.g. the kernel's own work
+    #: charged to the process, lands in one interval; work deferred out of every call lands in many)
+    idle_max_s: float = 0.0
     readable: bool = True
 
 
@@ -103,6 +106,7 @@ class CpuWatch:
                 acct.busy_s += d[0] * 1e-9
             else:
                 acct.idle_s += d[0] * 1e-9
+                acct.idle_max_s = max(acct.idle_max_s, d[0] * 1e-9)
                 if sampling is not None and sampling != name:
                     acct.during_other_samples_s += d[0] * 1e-9
             self._last[name] = now

@@ -101,11 +101,12 @@ class IdleGate(Gate):
     blocks on its socket between requests; the candidate's may use twice what the baseline's used idle (a runtime's
     own background threads show in both) plus ``idle_cpu_per_command_s`` per request plus ``idle_cpu_rel`` of its
     busy CPU, not counting its largest single interval between two requests (a one-off event; work deferred out of
-    the calls recurs, and a single interval carries at most one call's worth of it). Building a round's inputs (``prepare``) is the same harness code on the same recipes in both
-    sandboxes on the main thread: the CPU of the candidate sandbox's other threads there may exceed the baseline's by
-    at most ``prepare_cpu_abs_s`` (median over rounds), and its whole CPU there the baseline's by at most
-    ``prepare_cpu_max_ratio`` and ``prepare_cpu_abs_s`` (a gross bound: page faults on memory
-    the arm's own kernel left untouched cost an honest candidate up to 1.49x, measured). Freeing the last round's outputs (``release``) is not the
+    the calls recurs, and a single interval carries at most one call's worth of it). Building a round's inputs
+    (``prepare``) is the same harness code on the same recipes in both sandboxes on the main thread: the CPU of the
+    candidate sandbox's other threads there may exceed the baseline's by at most ``prepare_cpu_abs_s`` (median over
+    rounds), and its whole CPU there the baseline's by at most ``prepare_cpu_max_ratio`` and ``prepare_cpu_abs_s``
+    (a gross bound: page faults on memory the arm's own kernel left untouched cost an honest candidate up to 1.49x,
+    measured). Freeing the last round's outputs (``release``) is not the
     same work in both (other outputs, other heaps, a collector with other objects to visit) and runs while nothing
     is timed: its CPU is reported, not compared."""
 

@@ -35,7 +35,7 @@ from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
 from .jsonable import jsonable
-from .measure.schedule import TimingEvidence, TimingRefused, run_paired_timing
+from .measure.schedule import TimingEvidence, TimingRefused, pooled_overhead, run_paired_timing
 from .measure.stats import clustered_estimate
 from .problems.discovery import baselines_for
 from .problems.loader import LoadedProblem
@@ -352,6 +352,7 @@ class KernelFlow:
             ci_target_met=est.rel_width <= plan.ci_target_rel_width,
             stop_reason=f"{len(runs)} pairs of processes ({'; '.join(ev.stop_reason for ev in runs)})",
             elapsed_s=sum(ev.elapsed_s for ev in runs), timed_s=sum(ev.timed_s for ev in runs),
+            overhead=pooled_overhead(runs),
             calibration={**last.calibration, "process_pairs": per_pair})
 
     def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:

@@ -19,6 +19,9 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # 3: [timing].process_pairs = 2 (two pairs of processes, CI resampling them); [integrity] prepare rule on
     # other threads (abs), whole-CPU ratio 3.0 (a gross bound)
     "3": "4d325d0d656aa290b14fafc3805b05ef4edd630bedd7e2f167d5b490427736f0",
+    # 4: [devices.cuda].min_sample_s 1 ms -> 3 ms (the first launch after the pre-sample sync cost both arms ~45 us
+    # per sample on the H200 and pulled ratios ~2% towards 1; docs/results-h200.md); max_calls_per_sample 512 -> 200
+    "4": "766df226a01ef042fc15c5d14e95b9aa236e6fed60c90e4f431f682da31eb653",
 }
 
 

@@ -20,4 +20,40 @@ def tensors(out: Any) -> list[torch.Tensor]:
     return [x for x in leaves(out) if isinstance(x, torch.Tensor)]
 
 
-__all__ = ["leaves", "tensors"]
+#: elements per row of a fingerprint's two-level sum (float32 within a row, float64 across rows)
+SUM_ROW = 4096
+
+
+def float64_sums(flat: torch.Tensor, chunk: int) -> torch.Tensor:
+    """``[sum(x), sum(|x|)]`` of a 1-D tensor as float64 scalars on its device, with no full-size temporary.
+
+    float32 / float16 / bfloat16: two levels -- each row of :data:`SUM_ROW` elements reduced in float32 (one kernel,
+    no copy for float32; half types cast one ``chunk`` at a time), the row sums added in float64. The float32 error of
+    a 4096-element row is below 1e-6 of its absolute sum, two orders under the loosest tolerance the sums are
+    compared with (``rtol`` x sum|x|, gates/compare.py). On the H200 this replaced a float64 copy of every chunk
+    (a conversion pass, an abs pass and two sums per chunk): a fingerprint of a 256 MiB output went from ~1.6 ms
+    to a single read of it. Other dtypes (float64, integers, bool): float64 copies of one ``chunk`` at a time.
+    The golden side (gates/compare.py) and the sandbox's fingerprint both call this, so the two sums differ only
+    by the outputs."""
+    acc = torch.zeros(2, dtype=torch.float64, device=flat.device)
+    n = flat.numel()
+    if flat.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        rows = n // SUM_ROW
+        step = n if flat.dtype == torch.float32 else max(chunk // SUM_ROW, 1) * SUM_ROW
+        for i in range(0, rows * SUM_ROW, step):
+            body = flat[i:min(i + step, rows * SUM_ROW)].reshape(-1, SUM_ROW)
+            acc[0] += body.sum(dim=1, dtype=torch.float32).sum(dtype=torch.float64)
+            acc[1] += torch.linalg.vector_norm(body, 1, dim=1, dtype=torch.float32).sum(dtype=torch.float64)
+        tail = flat[rows * SUM_ROW:].to(torch.float64)
+        if tail.numel():
+            acc[0] += tail.sum()
+            acc[1] += tail.abs().sum()
+        return acc
+    for i in range(0, n, chunk):
+        c64 = flat[i:i + chunk].to(torch.float64)
+        acc[0] += c64.sum()
+        acc[1] += c64.abs().sum()
+    return acc
+
+
+__all__ = ["leaves", "tensors", "float64_sums"]

@@ -17,6 +17,7 @@ import torch
 
 from ..protocol import Protocol, Tolerance
 from ..sandbox.wire import dtype_name
+from ..tree import float64_sums
 from ..tree import leaves as as_list
 
 #: elements per chunk of float64 temporaries (128 MiB each)
@@ -120,13 +121,7 @@ def compare_tensor(a: Any, b: torch.Tensor, proto: Protocol, label: str) -> Comp
 
 
 def _sums(t: torch.Tensor) -> tuple[float, float]:
-    flat = t.reshape(-1)
-    acc = torch.zeros(2, dtype=torch.float64, device=flat.device)
-    for i in _chunks(flat.numel()):
-        c = flat[i:i + CHUNK].to(torch.float64)
-        acc[0] += c.sum()
-        acc[1] += c.abs().sum()
-    s, a = acc.tolist()
+    s, a = float64_sums(t.reshape(-1), CHUNK).tolist()
     return s, a
 
 

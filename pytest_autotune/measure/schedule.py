@@ -104,6 +104,21 @@ class TimingEvidence:
     commands: dict = field(default_factory=dict)
     #: seconds spent in timed samples (both arms), for the duty cycle
     timed_s: float = 0.0
+    #: where the time between samples goes: the controller's wall per request kind, and each sandbox's own steps
+    #: (``steps_s`` of its replies), summed over the rounds -- the duty cycle's other side
+    overhead: dict = field(default_factory=dict)
+
+    def add_overhead(self, kind: str, wall_s: float, replies: dict[str, dict]) -> None:
+        book = self.overhead.setdefault(kind, {"wall_s": 0.0, "n": 0})
+        book["wall_s"] += wall_s
+        book["n"] += 1
+        for arm, reply in replies.items():
+            steps = reply.get("steps_s")
+            if isinstance(steps, dict):
+                mine = book.setdefault(arm, {})
+                for step, v in steps.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        mine[str(step)] = mine.get(str(step), 0.0) + float(v)
 
     def pairs(self) -> tuple[list[float], list[float]]:
         """Per-call (baseline, candidate) times of each pair: (A(p1), B(p1)) and (A(p2), B(p2)) of every round."""
@@ -114,6 +129,22 @@ class TimingEvidence:
                 base.append(a.seconds / k)
                 cand.append(b.seconds / k)
         return base, cand
+
+
+def pooled_overhead(runs: list[TimingEvidence]) -> dict:
+    """The ``overhead`` books of several timing runs (pairs of processes), added up."""
+    total: dict = {}
+    for ev in runs:
+        for kind, book in ev.overhead.items():
+            mine = total.setdefault(kind, {})
+            for key, v in book.items():
+                if isinstance(v, dict):
+                    arm = mine.setdefault(key, {})
+                    for step, x in v.items():
+                        arm[step] = arm.get(step, 0.0) + x
+                else:
+                    mine[key] = mine.get(key, 0) + v
+    return total
 
 
 def choose_calls_per_sample(per_call_s: float, plan: TimingPlan) -> int:
@@ -297,11 +328,15 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         t_prep = time.perf_counter()
         # the last round's outputs are fingerprinted and freed first (the candidate's finalizers may run there),
         # then the inputs are built: only that step is the same work in both sandboxes, and compared
-        rel = drv.both({arm: {"cmd": "release", "fingerprint": fp,
+        # only the candidate's outputs are fingerprinted: the baseline's would be read by nobody
+        rel = drv.both({arm: {"cmd": "release", "fingerprint": fp if arm == "B" else None,
                               "tamper": arm == "B" and r_index % TAMPER_EVERY == 0} for arm in drv.boxes},
                        "timing (release)", spread=True)
+        t_rel = time.perf_counter()
+        ev.add_overhead("release", t_rel - t_prep, rel)
         prep = drv.both({arm: {"cmd": "prepare", "p1": p1, "p2": p2} for arm in drv.boxes}, "timing (prepare)",
                         spread=True)
+        ev.add_overhead("prepare", time.perf_counter() - t_rel, prep)
         if prints_of is not None:
             prints_of.prints = rel["B"].get("prints") or []
         ev.tamper += rel["B"].get("tamper", [])
@@ -332,8 +367,9 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         if elapsed >= budget and n_pairs >= plan.min_pairs:
             ev.stop_reason = f"item budget of {budget:g} s spent after {n_pairs} pairs"
             break
-    last = drv.both({arm: {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": arm == "B"}
-                     for arm in drv.boxes}, "timing (last outputs)")
+    last = drv.both({"A": {"cmd": "release", "fingerprint": None},
+                     "B": {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": True}},
+                    "timing (last outputs)")
     if prints_of is not None:
         prints_of.prints = last["B"].get("prints") or []
     ev.tamper += last["B"].get("tamper", [])
@@ -357,5 +393,5 @@ def _estimate(ev: TimingEvidence, proto: Protocol, stats_seed: int) -> PairedEst
         raise TimingRefused(str(e)) from None
 
 
-__all__ = ["run_paired_timing", "TimingEvidence", "RoundRecord", "SampleRecord", "TimingRefused",
+__all__ = ["run_paired_timing", "pooled_overhead", "TimingEvidence", "RoundRecord", "SampleRecord", "TimingRefused",
            "choose_calls_per_sample", "decide_timing_mode"]

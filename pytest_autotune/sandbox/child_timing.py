@@ -97,21 +97,29 @@ def h_release(st: ChildState, msg: dict) -> dict:
     """End of a round: fingerprint its outputs (positions chosen by the controller now), free everything of it
     and collect garbage while no input exists. The candidate's own code may run here (finalizers of what it
     returned): nothing is timed meanwhile, and this CPU is not compared with the baseline's."""
+    t0 = time.perf_counter()
     prints = _prints(st, msg.get("fingerprint"))
+    t1 = time.perf_counter()
     st.release()
     st.batches = {}
     gc.collect()
-    return {"prints": prints, "tamper": st.tamper_changes() if msg.get("tamper") else []}
+    t2 = time.perf_counter()
+    tamper = st.tamper_changes() if msg.get("tamper") else []
+    return {"prints": prints, "tamper": tamper,
+            "steps_s": {"fingerprint": t1 - t0, "free": t2 - t1, "tamper": time.perf_counter() - t2}}
 
 
 def h_prepare(st: ChildState, msg: dict) -> dict:
     """Build the round's two input groups with the collector off: the same harness code on the same recipes in
     both sandboxes, whose CPU the controller compares (gates/integrity.py IdleGate)."""
     st.require_no_modes("before the round's inputs were built")
+    t0 = time.perf_counter()
     st.batches = {"p1": st.input_stream(msg["p1"]), "p2": st.input_stream(msg["p2"])}
+    t1 = time.perf_counter()
     st.device.synchronize()
+    t2 = time.perf_counter()
     st.require_no_modes("while the round's inputs were built")
-    return {"threads": os_thread_count()}
+    return {"threads": os_thread_count(), "steps_s": {"build": t1 - t0, "sync": t2 - t1}}
 
 
 def h_sample(st: ChildState, msg: dict) -> dict:

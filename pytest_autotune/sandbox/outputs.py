@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from ..measure.devices.base import Device
-from ..tree import leaves
+from ..tree import float64_sums, leaves
 
 
 #: torch's mode stacks: a mode left pushed sees every tensor the harness builds or reads afterwards
@@ -123,12 +123,8 @@ def fingerprint(out: Any, gen: torch.Generator, n_positions: int) -> list[dict]:
                 prints.append({"numel": 0})
                 continue
             idx = torch.randint(0, n, (min(n_positions, n),), generator=gen)
-            acc = torch.zeros(2, dtype=torch.float64, device=flat.device)
-            for i in range(0, n, _FP_CHUNK):  # float64 in chunks: no full-size temporary beside the outputs
-                c = flat[i:i + _FP_CHUNK].to(torch.float64)
-                acc[0] += c.sum()
-                acc[1] += c.abs().sum()
-            sums = acc.cpu()
+            # float64 sums in chunks: no full-size temporary beside the outputs
+            sums = float64_sums(flat, _FP_CHUNK).cpu()
             prints.append({
                 "numel": n, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
                 "sum": float(sums[0]), "abs_sum": float(sums[1]), "index": idx,

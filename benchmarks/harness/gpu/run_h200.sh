@@ -69,7 +69,7 @@ smoke)
     --junitxml="$OUT/gpu_cheats.xml"
   grep -E "passed|failed|error|accepted|rejected" "$LOG" | tail -6
   K="${K:-aa_relu_4us or (02_relu and relu)}" RUN_TIMEOUT="${RUN_TIMEOUT:-240}" suite smoke
-  [ -f "$HERE/jail_check.py" ] && run timeout 120 python3 "$HERE/jail_check.py" --out "$OUT/jail.json"
+  [ -f "$HERE/jail_check.py" ] && run timeout 120 python3 "$HERE/jail_check.py" --quick --json "$OUT/jail.json"
   python3 "$HERE/summarize.py" "$OUT" smoke 2>>"$LOG"
   ;;
 full)

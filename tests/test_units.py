@@ -15,6 +15,7 @@ from pytest_autotune.problems.inputs import PATTERNS, apply_layout, apply_patter
 from pytest_autotune.protocol import load_protocol
 from pytest_autotune.sandbox.wire import WireError, decode, encode
 from pytest_autotune.seeds import derive_seed, derive_seeds, new_nonce, nonce_commitment
+from pytest_autotune.tree import SUM_ROW, float64_sums
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -145,6 +146,22 @@ def test_fingerprint_check_catches_a_wrong_timed_output():
     assert check_fingerprint(good, ref, PROTO) is None
     zeros = {"numel": 1000, "sum": 0.0, "index": idx, "values": torch.zeros(64, dtype=torch.float64)}
     assert check_fingerprint(zeros, ref, PROTO) is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32,
+                                   torch.bool])
+@pytest.mark.parametrize("n", [1, SUM_ROW - 1, 3 * SUM_ROW, 3 * SUM_ROW + 17, 100_003])
+def test_float64_sums_match_a_float64_reference(dtype, n):
+    """The fingerprint's sums (float32 rows added in float64 for float32 and half types) stay within 1e-6 of the
+    absolute sum of a float64 reduction: far inside the loosest tolerance they are compared with (rtol x sum|x|)."""
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(n, generator=g) * 3).to(dtype) if dtype != torch.bool else torch.randn(n, generator=g) > 0
+    ref = x.to(torch.float64)
+    s, a = float64_sums(x, 1 << 14).tolist()  # a chunk smaller than the tensor: half types take several chunks
+    assert abs(s - float(ref.sum())) <= 1e-6 * max(float(ref.abs().sum()), 1.0)
+    assert abs(a - float(ref.abs().sum())) <= 1e-6 * max(float(ref.abs().sum()), 1.0)
+    if not dtype.is_floating_point:
+        assert (s, a) == (float(ref.sum()), float(ref.abs().sum()))  # integers and bools: exact
 
 
 # ----------------------------------------------------------------------------------------------- surface

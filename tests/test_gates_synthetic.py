@@ -17,7 +17,14 @@ from pytest_autotune.gates.base import GateContext
 from pytest_autotune.gates.clocks import DeviceClockGate, WallClockGate
 from pytest_autotune.gates.integrity import IdleGate, ThreadGate
 from pytest_autotune.gates.timed_outputs import TimedOutputsGate
-from pytest_autotune.measure.schedule import RoundRecord, SampleRecord, TimingEvidence, decide_timing_mode
+from pytest_autotune.measure.schedule import (
+    RoundRecord,
+    SampleRecord,
+    TimingEvidence,
+    choose_calls_per_sample,
+    decide_timing_mode,
+    memory_cap,
+)
 from pytest_autotune.measure.stats import paired_estimate
 from pytest_autotune.protocol import load_protocol
 
@@ -297,3 +304,21 @@ def test_timing_mode_is_decided_for_both_arms_together():
     assert decide_timing_mode({"A": fast, "B": {"fastest_graph_call_s": None, "capture_failures": ["x"]}},
                               10e-6)["graphs"] is False  # one arm cannot be captured: eager for both
     assert decide_timing_mode({"A": {}, "B": {}}, 10e-6) == {}  # a device without graphs
+
+
+def test_calls_per_sample_are_capped_by_free_device_memory():
+    """protocol 4 asks for 3 ms samples on CUDA: 4 us calls of 16 MiB sets would take ~500 of them, which ran a
+    sandbox out of GPU memory on the H200. k never exceeds what half the smaller free memory holds for both
+    sandboxes' two groups and graph copies (6 sets per call); without a device budget nothing is capped."""
+    plan = PROTO.timing_plan("cuda")
+    set_bytes, gib = 16 << 20, 1 << 30
+    replies = {"A": {"memory": {"set_bytes": set_bytes, "free_bytes": 100 * gib}},
+               "B": {"memory": {"set_bytes": set_bytes, "free_bytes": 10 * gib}}}
+    cap = memory_cap(replies)
+    assert cap == int(0.5 * 10 * gib // (6 * set_bytes)) == 53
+    assert choose_calls_per_sample(4e-6, plan, cap) == 53
+    assert choose_calls_per_sample(4e-6, plan) == plan.max_calls_per_sample
+    assert choose_calls_per_sample(1.0, plan, cap) == 1  # a long call still gets its one call
+    assert memory_cap({"A": {"memory": {"set_bytes": set_bytes, "free_bytes": None}}, "B": {}}) is None
+    tiny = {"A": {"memory": {"set_bytes": 1 << 40, "free_bytes": gib}}}
+    assert memory_cap(tiny) == 1

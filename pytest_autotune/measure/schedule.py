@@ -147,9 +147,24 @@ def pooled_overhead(runs: list[TimingEvidence]) -> dict:
     return total
 
 
-def choose_calls_per_sample(per_call_s: float, plan: TimingPlan) -> int:
+#: share of the smaller free device memory the timed calls' sets may take, and how many sets per call that is: two
+#: input groups and a graph's static copies, in each of the two sandboxes (a 4 us call at k = 498 ran out of memory)
+MEMORY_SHARE, SETS_PER_CALL = 0.5, 6
+
+
+def memory_cap(replies: dict[str, dict]) -> Optional[int]:
+    """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted)."""
+    mem = [r.get("memory") or {} for r in replies.values()]
+    free = [f for f in (m.get("free_bytes") for m in mem) if isinstance(f, int)]
+    if not mem or len(free) < len(mem):
+        return None
+    per_call = SETS_PER_CALL * max(int(m.get("set_bytes") or 0) for m in mem)
+    return max(1, int(MEMORY_SHARE * min(free) // per_call)) if per_call > 0 else None
+
+
+def choose_calls_per_sample(per_call_s: float, plan: TimingPlan, cap: Optional[int] = None) -> int:
     k = math.ceil(plan.min_sample_s / max(per_call_s, 1e-9))
-    return int(min(max(k, 1), plan.max_calls_per_sample))
+    return int(min(max(k, 1), plan.max_calls_per_sample, cap or plan.max_calls_per_sample))
 
 
 def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str, Any]:
@@ -262,14 +277,17 @@ def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float,
         drv.both({"B": {"cmd": "configure", "timing": {"capture_probes": False}}}, "configure")
     cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
     per_call = min(float(c["per_call_s"]) for c in cal.values())
-    k = choose_calls_per_sample(per_call, plan)
+    cap = memory_cap(cal)
+    k = choose_calls_per_sample(per_call, plan, cap)
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
     if candidate_probe is not None:
         infos["B"] = candidate_probe
     mode = decide_timing_mode(infos, graph_below_s)
     conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode} for arm in drv.boxes}, "configure")
-    calibration = {arm: {"per_call_s": c["per_call_s"], "single_call_s": c.get("single_call_s")}
-                   for arm, c in cal.items()}
+    calibration: dict[str, Any] = {
+        arm: {"per_call_s": c["per_call_s"], "single_call_s": c.get("single_call_s"), "memory": c.get("memory")}
+        for arm, c in cal.items()}
+    calibration["k_memory_cap"] = cap
     infos = {arm: c.get("timing_info") or {} for arm, c in conf.items()}
     return k, calibration, {"decision": mode, "sandboxes": infos}
 
@@ -306,11 +324,12 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
     warm_per_call = _warm_round(drv, seeds, k) / k
-    if k * warm_per_call < plan.min_sample_s / 2 and choose_calls_per_sample(warm_per_call, plan) > k:
+    cap = calibration.get("k_memory_cap")
+    if k * warm_per_call < plan.min_sample_s / 2 and choose_calls_per_sample(warm_per_call, plan, cap) > k:
         # calibration ran cold or under load and over-estimated a call: samples this short would leave the harness's
         # own per-sample work (and the wall-clock rule's noise) as large as the calls. k again from the warm round.
         calibration["rederived_from_warm_round"] = {"k_calibrated": k, "per_call_s": warm_per_call}
-        k = choose_calls_per_sample(warm_per_call, plan)
+        k = choose_calls_per_sample(warm_per_call, plan, cap)
         conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode["decision"]} for arm in drv.boxes},
                         "configure")
         mode = {**mode, "sandboxes": {arm: c.get("timing_info") or {} for arm, c in conf.items()}}
@@ -394,4 +413,4 @@ def _estimate(ev: TimingEvidence, proto: Protocol, stats_seed: int) -> PairedEst
 
 
 __all__ = ["run_paired_timing", "pooled_overhead", "TimingEvidence", "RoundRecord", "SampleRecord", "TimingRefused",
-           "choose_calls_per_sample", "decide_timing_mode"]
+           "choose_calls_per_sample", "decide_timing_mode", "memory_cap"]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from ..tree import tensors
 from .outputs import HarnessRefusal, fingerprint
 from .tamper import os_thread_count
 
@@ -27,10 +28,14 @@ def h_calibrate(st: ChildState, msg: dict) -> dict:
     model = st.model()
     st.require_no_modes("before calibration inputs were built")
     batches = st.input_stream(msg["warmup"])
+    out_bytes = 0
     for b in batches:
         out = st.call(model, b)
         st.device.synchronize()
+        out_bytes = max(out_bytes, _nbytes(out))
         del out
+    # what one call of a timed sample holds on the device: its input set and its output (the schedule caps k by it)
+    memory = {"set_bytes": _nbytes(batches[0]) + out_bytes, "free_bytes": st.device.free_memory_bytes()}
     singles = []
     for b in batches[: max(1, min(3, len(batches)))]:
         s = st.device.timed(lambda *x: st.call(model, list(x)), [b])
@@ -42,8 +47,12 @@ def h_calibrate(st: ChildState, msg: dict) -> dict:
         del sample
     per_call = min(steady) / max(1, len(batches))
     del batches
-    return {"per_call_s": per_call, "single_call_s": sorted(singles)[len(singles) // 2],
+    return {"per_call_s": per_call, "single_call_s": sorted(singles)[len(singles) // 2], "memory": memory,
             "timing_info": st.device.timing_info(), "threads": os_thread_count(), "tamper": st.tamper_changes()}
+
+
+def _nbytes(value: object) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors(value))
 
 
 def h_probe_graphs(st: ChildState, msg: dict) -> dict:

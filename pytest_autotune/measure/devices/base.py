@@ -70,6 +70,11 @@ class Device(abc.ABC):
         """Called once in every process that runs models on this device."""
         torch.set_num_threads(threads)
 
+    def free_memory_bytes(self) -> Optional[int]:
+        """Free memory of the device the timed calls' inputs and outputs live on, or ``None`` where the schedule
+        need not budget it (host memory: the sandbox's own limit stops a runaway)."""
+        return None
+
     def generation_device(self) -> Optional["torch.device"]:
         """Where inputs are drawn (``None``: on the CPU, the KernelBench default). Both sides use it."""
         return None

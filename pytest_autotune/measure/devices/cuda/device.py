@@ -178,6 +178,9 @@ class CudaDevice(CudaTiming, Device):
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.index)
 
+    def free_memory_bytes(self) -> Optional[int]:
+        return int(torch.cuda.mem_get_info(self.index)[0])
+
     def to_host(self, out: Any) -> Any:
         self.synchronize()
         if isinstance(out, torch.Tensor):

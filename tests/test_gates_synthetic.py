@@ -322,3 +322,7 @@ def test_calls_per_sample_are_capped_by_free_device_memory():
     assert memory_cap({"A": {"memory": {"set_bytes": set_bytes, "free_bytes": None}}, "B": {}}) is None
     tiny = {"A": {"memory": {"set_bytes": 1 << 40, "free_bytes": gib}}}
     assert memory_cap(tiny) == 1
+    # the candidate's own report of its call's size does not choose k: the baseline's does
+    liar = {"A": {"memory": {"set_bytes": set_bytes, "free_bytes": 10 * gib}},
+            "B": {"memory": {"set_bytes": 1 << 40, "free_bytes": 10 * gib}}}
+    assert memory_cap(liar) == 53

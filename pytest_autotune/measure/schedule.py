@@ -153,12 +153,15 @@ MEMORY_SHARE, SETS_PER_CALL = 0.5, 6
 
 
 def memory_cap(replies: dict[str, dict]) -> Optional[int]:
-    """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted)."""
+    """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted). A call's
+    size is the baseline's (``A``) where it reported one: the candidate's outputs have its shapes (the correctness
+    gate saw to that), and what the candidate says about itself must not choose ``k``."""
     mem = [r.get("memory") or {} for r in replies.values()]
     free = [f for f in (m.get("free_bytes") for m in mem) if isinstance(f, int)]
     if not mem or len(free) < len(mem):
         return None
-    per_call = SETS_PER_CALL * max(int(m.get("set_bytes") or 0) for m in mem)
+    base = (replies.get("A") or {}).get("memory") or {}
+    per_call = SETS_PER_CALL * int(base.get("set_bytes") or max(int(m.get("set_bytes") or 0) for m in mem))
     return max(1, int(MEMORY_SHARE * min(free) // per_call)) if per_call > 0 else None
 
 

@@ -123,7 +123,7 @@ def fingerprint(out: Any, gen: torch.Generator, n_positions: int) -> list[dict]:
                 prints.append({"numel": 0})
                 continue
             idx = torch.randint(0, n, (min(n_positions, n),), generator=gen)
-            # float64 sums in chunks: no full-size temporary beside the outputs
+            # sums accumulated in float64, with no full-size temporary beside the outputs
             sums = float64_sums(flat, _FP_CHUNK).cpu()
             prints.append({
                 "numel": n, "shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),

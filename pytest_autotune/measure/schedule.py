@@ -13,7 +13,6 @@ Rounds go on until the CI is narrow enough, ``max_pairs`` is reached or the item
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import time
@@ -24,6 +23,7 @@ from ..protocol import Protocol, TimingPlan
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
 from .procstat import CpuWatch, group_helpers
+from .sampling import choose_calls_per_sample, decide_timing_mode, memory_cap
 from .stats import PairedEstimate, paired_estimate
 
 #: rounds between two tamper snapshots during timing (one more is taken after the last round)
@@ -145,49 +145,6 @@ def pooled_overhead(runs: list[TimingEvidence]) -> dict:
                 else:
                     mine[key] = mine.get(key, 0) + v
     return total
-
-
-#: share of the smaller free device memory the timed calls' sets may take, and how many sets per call that is: two
-#: input groups and a graph's static copies, in each of the two sandboxes (a 4 us call at k = 498 ran out of memory)
-MEMORY_SHARE, SETS_PER_CALL = 0.5, 6
-
-
-def memory_cap(replies: dict[str, dict]) -> Optional[int]:
-    """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted). A call's
-    size is the baseline's (``A``) where it reported one: the candidate's outputs have its shapes (the correctness
-    gate saw to that), and what the candidate says about itself must not choose ``k``."""
-    mem = [r.get("memory") or {} for r in replies.values()]
-    free = [f for f in (m.get("free_bytes") for m in mem) if isinstance(f, int)]
-    if not mem or len(free) < len(mem):
-        return None
-    base = (replies.get("A") or {}).get("memory") or {}
-    per_call = SETS_PER_CALL * int(base.get("set_bytes") or max(int(m.get("set_bytes") or 0) for m in mem))
-    return max(1, int(MEMORY_SHARE * min(free) // per_call)) if per_call > 0 else None
-
-
-def choose_calls_per_sample(per_call_s: float, plan: TimingPlan, cap: Optional[int] = None) -> int:
-    k = math.ceil(plan.min_sample_s / max(per_call_s, 1e-9))
-    return int(min(max(k, 1), plan.max_calls_per_sample, cap or plan.max_calls_per_sample))
-
-
-def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str, Any]:
-    """CUDA graphs for both arms, or eager for both, from both sandboxes' calibration reports."""
-    fastest = [i.get("fastest_graph_call_s") for i in infos.values()]
-    failures = [f for i in infos.values() for f in (i.get("capture_failures") or [])]
-    if not any("fastest_graph_call_s" in i or "capture_failures" in i for i in infos.values()):
-        return {}  # this device has no modes
-    if graph_below_s <= 0:
-        return {"graphs": False, "reason": "graphs off (graph_below_s = 0)"}
-    if failures:
-        return {"graphs": False, "reason": f"eager: a calibration call could not be captured ({failures[0]})"}
-    known = [f for f in fastest if f is not None]
-    if len(known) < len(fastest) or not known:
-        return {"graphs": False, "reason": "eager: no calibration call was short enough to try a graph"}
-    if min(known) < graph_below_s:
-        return {"graphs": True,
-                "reason": f"graph: fastest calibration call {min(known) * 1e6:.2f} us < {graph_below_s * 1e6:g} us"}
-    return {"graphs": False,
-            "reason": f"eager: fastest calibration call {min(known) * 1e6:.2f} us >= {graph_below_s * 1e6:g} us"}
 
 
 class _Driver:

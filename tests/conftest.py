@@ -61,6 +61,16 @@ def fast_protocol():
 
 
 @pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """An in-process session sets this process's torch threads to the protocol's ``cpu_threads`` (the controller's
+    device setup): put them back, so that no later test inherits them."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _no_github_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plugin appends its Markdown summary to $GITHUB_STEP_SUMMARY (docs/ci.md): the pytester sessions of this
     suite, run in GitHub Actions, must not write into the job's summary."""

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Some end-to-end tests run their quick sessions (usage errors, collection, correctness only: nothing timed) in this
+# process with ``pytester.runpytest``, which saves each one the interpreter's start and the imports below (~3-5 s
+# on 2 cores). Pytester drops the modules first imported during such a session when it ends, and torch and numpy
+# cannot be imported twice in a process: they are imported here, before any session (as are the probes, whose
+# hypothesis import would otherwise be paid again by every session).
+import numpy  # noqa: F401
 import pytest
+import torch  # noqa: F401
+
+import pytest_autotune.gates.probes  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,6 +58,16 @@ def fast_protocol_text(**overrides: str) -> str:
 @pytest.fixture
 def fast_protocol():
     return fast_protocol_text
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """An in-process session sets this process's torch threads to the protocol's ``cpu_threads`` (the controller's
+    device setup): put them back, so that no later test inherits them."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(autouse=True)

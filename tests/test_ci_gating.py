@@ -4,7 +4,8 @@ new and missing items, the Markdown summary, junitxml properties and the refusal
 
 The e2e gate runs use a 25% margin: these tests must never fail on a correct program, and an unchanged re-run on
 this shared machine is an A/A comparison whose false-alarm rate at margin 0 is measured (not assumed) in docs/ci.md.
-The slow candidate is 3-5x slower than the stored one here, so a 25% margin cannot hide it."""
+The slow candidate is 3-5x slower than the stored one here, so a 25% margin cannot hide it. Sessions that time
+nothing (refusals before the run, collection, correctness only) run in this process (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -161,20 +162,20 @@ def test_comparisons_that_do_not_transfer_are_refused_before_the_run(suite: pyte
     sha = load_protocol(p / "protocol.toml").sha256
     base = ["--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-db=a.db"]
     (p / "other-protocol.json").write_text(json.dumps(_fake_report("0" * 64, {"device": "cpu"})))
-    res = suite.runpytest_subprocess(*base, "--autotune-compare=other-protocol.json")
+    res = suite.runpytest(*base, "--autotune-compare=other-protocol.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     err = res.stderr.str()
     assert "protocol digest is 000000000000" in err and "autotune export" in err
     (p / "other-machine.json").write_text(json.dumps(_fake_report(sha, {"device": "cpu", "cpu_model": "Imaginary"})))
-    res = suite.runpytest_subprocess(*base, "--autotune-compare=other-machine.json", *GATE)
+    res = suite.runpytest(*base, "--autotune-compare=other-machine.json", *GATE)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "device fingerprints differ" in res.stderr.str() and "cpu_model" in res.stderr.str()
     assert not (p / "a.db").exists()  # refused before the run began: nothing recorded
-    res = suite.runpytest_subprocess(*base, "--autotune-compare=latest")
+    res = suite.runpytest(*base, "--autotune-compare=latest")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "no store at" in res.stderr.str()
-    res = suite.runpytest_subprocess("--problems=suite", "--autotune-compare=other-machine.json")
+    res = suite.runpytest("--problems=suite", "--autotune-compare=other-machine.json")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "add --autotune" in res.stderr.str()
-    res = suite.runpytest_subprocess(*base, "--autotune-fail-on=regression")
+    res = suite.runpytest(*base, "--autotune-fail-on=regression")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "needs a stored run" in res.stderr.str()
 
 
@@ -186,16 +187,16 @@ def test_changed_only_collects_the_candidates_a_change_touched(suite: pytest.Pyt
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
         subprocess.run(git + args, cwd=p, check=True)
     write(p, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP + "\n# tuned\n")  # the PR's one change
-    res = suite.runpytest_subprocess("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "--co",
+    res = suite.runpytest("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "--co",
                                      "-q")
     out = res.stdout.str()
     assert "suite/relu.py::clamp[cpu]" in out and "other[cpu]" not in out and "once[cpu]" not in out, out
     # xdist workers select the same (the controller hands them the changed files): correctness only, no timing
-    res = suite.runpytest_subprocess("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "-n", "2",
+    res = suite.runpytest("--problems=suite", "--autotune-base=HEAD", "--autotune-changed-only", "-n", "2",
                                      "-v", "--autotune-md=plain.md")
     res.assert_outcomes(passed=1)
     md = (p / "plain.md").read_text()  # without a comparison: the verdict per item, no stored column
     assert "| `relu/clamp` | accepted |" in md and "other" not in md and "stored" not in md
     assert "relu.py::clamp[cpu]" in res.stdout.str() and "other[cpu]" not in res.stdout.str()
-    res = suite.runpytest_subprocess("--problems=suite", "--autotune-changed-only", "--co", "-q")
+    res = suite.runpytest("--problems=suite", "--autotune-changed-only", "--co", "-q")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "--autotune-base" in res.stderr.str()

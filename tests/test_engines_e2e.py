@@ -203,10 +203,13 @@ def test_engine_items_end_to_end(pytester, tmp_path, monkeypatch, fast_protocol,
     assert any(p.name == "02-config.log" for p in logs) and all(p.stat().st_size > 0 for p in logs)
 
 
-def test_without_autotune_only_the_gates_run(pytester, tmp_path, monkeypatch, engine_cache):
+def test_without_autotune_only_the_gates_run(pytester, tmp_path, monkeypatch, fast_protocol, engine_cache):
     """Without --autotune an engine item launches each arm once: quality gate and delivery, no timing, no rows."""
     monkeypatch.setenv("PYTEST_AUTOTUNE_ENGINE_CACHE", str(engine_cache))
     pytester.makeconftest(CONFTEST)
+    # the shipped protocol's 16 quality prompts of 32 tokens, one at a time, cost the fake ~5 s per launch
+    (pytester.path / "protocol.toml").write_text(fast_protocol(**{
+        "engines.quality_prompts": "4", "engines.quality_max_tokens": "12"}))
     d = pytester.path / "benchmarks" / "engines"
     d.mkdir(parents=True)
     (d / "fake.toml").write_text(DECLARATION.format(model=model_table()))

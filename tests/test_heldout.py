@@ -2,7 +2,8 @@
 and their MLX ports of the same name; first ``--autotune`` on the CPU, then ``--autotune --device=mlx``: each MLX
 result is linked to the CPU result it retests (``retest_of``) with ``transfer_ratio`` = held-out / origin speedup,
 in the JSON report, the terminal and the database row; from the run's own store or from a committed origins/
-report."""
+report. The CPU leg is measured once per module (``cpu_origin``); each test retests it on MLX in a folder of its
+own, from a copy of its store or of its report."""
 
 from __future__ import annotations
 
@@ -172,10 +173,43 @@ def heldout_lines(out: str) -> dict:
     return lines
 
 
-def test_mlx_results_link_to_the_cpu_results_of_the_same_store(pytester: pytest.Pytester):
+class _ModuleRequest:
+    """The module-scoped request, looking like a function-scoped one to Pytester (which names its folder after
+    ``request.function``), as in tests/test_cheat_catalog.py."""
+
+    function = None
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str):
+        return getattr(self._request, name)
+
+
+@pytest.fixture(scope="module")
+def cpu_origin(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """The CPU leg, measured once for both tests: its folder (r.db, cpu.json) and its items."""
+    mp = pytest.MonkeyPatch()
+    try:
+        pt = pytest.Pytester(_ModuleRequest(request), tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
+        suite(pt)
+        its = cpu_leg(pt, "r.db", "cpu.json")
+        yield pt.path, its
+    finally:
+        mp.undo()
+
+
+def copy_store(src: Path, dst: Path) -> None:
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+    a.close()
+    b.close()
+
+
+def test_mlx_results_link_to_the_cpu_results_of_the_same_store(pytester: pytest.Pytester, cpu_origin):
+    origin, cpu = cpu_origin
     suite(pytester)
-    cpu = cpu_leg(pytester, "r.db", "cpu.json")
-    rows = db_rows(pytester.path / "r.db")
+    copy_store(origin / "r.db", pytester.path / "r.db")
 
     res = run(pytester, "--device=mlx", "--autotune-db=r.db", "--autotune-json=mlx.json")
     out = res.stdout.str()
@@ -212,13 +246,13 @@ def test_mlx_results_link_to_the_cpu_results_of_the_same_store(pytester: pytest.
     assert v.returncode == 0, v.stdout + v.stderr
 
 
-def test_mlx_results_link_to_a_committed_origin_report(pytester: pytest.Pytester):
+def test_mlx_results_link_to_a_committed_origin_report(pytester: pytest.Pytester, cpu_origin):
     """A clean checkout has no store rows: the origin comes from <suite>/origins/*.json."""
+    origin, _ = cpu_origin
     suite(pytester)
-    cpu_leg(pytester, "cpu.db", "cpu.json")
     (pytester.path / "suite" / "origins").mkdir()
-    shutil.copy(pytester.path / "cpu.json", pytester.path / "suite" / "origins" / "cpu-test.json")
-    cpu_report = json.loads((pytester.path / "cpu.json").read_text())
+    shutil.copy(origin / "cpu.json", pytester.path / "suite" / "origins" / "cpu-test.json")
+    cpu_report = json.loads((origin / "cpu.json").read_text())
     cpu = items(cpu_report)
     run_id = cpu_report["run"]["run_id"]
 

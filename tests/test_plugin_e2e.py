@@ -1,4 +1,5 @@
-"""End-to-end tests of the plugin through pytester (a fresh pytest process per run)."""
+"""End-to-end tests of the plugin through pytester: a fresh pytest process per measuring run; the sessions that
+time nothing (usage errors, collection, correctness only) run in this process (``runpytest``, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -49,14 +50,14 @@ def test_items_have_readable_ids_and_respect_k_and_help(pytester: pytest.Pyteste
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
     write(pytester.path, "suite/candidates/softmax/fused.py", F.CAND_SOFTMAX)
     write(pytester.path, "more/relu/other.py", F.CAND_RELU_CLAMP)
-    res = pytester.runpytest_subprocess("--problems=suite", "--candidates=more", "--co", "-q")
+    res = pytester.runpytest("--problems=suite", "--candidates=more", "--co", "-q")
     out = res.stdout.str()
     assert "suite/relu.py::clamp[cpu]" in out
     assert "suite/relu.py::other[cpu]" in out
     assert "suite/softmax.py::fused[cpu]" in out
-    res = pytester.runpytest_subprocess("--problems=suite", "--candidates=more", "-k", "softmax", "--co", "-q")
+    res = pytester.runpytest("--problems=suite", "--candidates=more", "-k", "softmax", "--co", "-q")
     assert "softmax.py::fused[cpu]" in res.stdout.str() and "clamp" not in res.stdout.str()
-    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    help_text = pytester.runpytest("--help").stdout.str()
     for opt in ("--autotune", "--device=NAME", "--autotune-db=PATH", "--autotune-json=PATH", "--problems=DIR",
                 "--candidates=DIR", "--autotune-exploratory", "--autotune-base=REF", "--autotune-probe-seed=N"):
         assert opt in help_text, opt
@@ -66,7 +67,7 @@ def test_correctness_only_run_passes_and_records_nothing(pytester: pytest.Pytest
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
     write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune-json=r.json")
+    res = pytester.runpytest("--problems=suite", "--autotune-json=r.json")
     res.assert_outcomes(passed=1, failed=1)
     assert not (pytester.path / ".autotune").exists()
     items = by_candidate(report(pytester.path / "r.json"))
@@ -88,7 +89,7 @@ def test_bad_files_fail_one_item_each_and_never_abort_collection(pytester: pytes
     write(pytester.path, "suite/linear.py", F.LINEAR)
     write(pytester.path, "suite/candidates/linear/addmm.py", F.CAND_LINEAR)
     write(pytester.path, "suite/candidates/linear/bad_signature.py", F.CAND_BAD_SIGNATURE)
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune-json=r.json")
+    res = pytester.runpytest("--problems=suite", "--autotune-json=r.json")
     res.assert_outcomes(passed=2, failed=7)
     out = res.stdout.str()
     assert "a_syntax.py: syntax error at line 2" in out
@@ -107,9 +108,9 @@ def test_x_stops_at_the_first_failure_and_junitxml_carries_the_verdict(pytester:
     write(pytester.path, "suite/a_bad.py", F.BAD_SYNTAX)
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
-    res = pytester.runpytest_subprocess("--problems=suite", "-x", "--junitxml=j.xml")
+    res = pytester.runpytest("--problems=suite", "-x", "--junitxml=j.xml")
     res.assert_outcomes(failed=1)
-    res = pytester.runpytest_subprocess("--problems=suite", "--junitxml=j.xml")
+    res = pytester.runpytest("--problems=suite", "--junitxml=j.xml")
     xml = (pytester.path / "j.xml").read_text()
     assert 'name="autotune_verdict" value="accepted"' in xml
     assert 'name="autotune_gate" value="load"' in xml
@@ -120,13 +121,13 @@ def test_x_stops_at_the_first_failure_and_junitxml_carries_the_verdict(pytester:
 
 def test_unavailable_or_unknown_devices_are_refused_before_collection(pytester: pytest.Pytester):
     write(pytester.path, "suite/relu.py", F.RELU)
-    res = pytester.runpytest_subprocess("--problems=suite", "--device=tpu")
+    res = pytester.runpytest("--problems=suite", "--device=tpu")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "--device=tpu is not a known device" in res.stderr.str()
     import torch
 
     if not torch.cuda.is_available():
-        res = pytester.runpytest_subprocess("--problems=suite", "--device=cuda")
+        res = pytester.runpytest("--problems=suite", "--device=cuda")
         assert res.ret == pytest.ExitCode.USAGE_ERROR
         assert "sees no CUDA GPU" in res.stderr.str()
     fake = write(pytester.path, "fakemods/mlx/__init__.py", "raise ImportError('mlx is broken here')\n")
@@ -142,7 +143,7 @@ def test_unfrozen_protocol_refuses_to_record_unless_exploratory(pytester: pytest
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
     fast(pytester)
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune")
+    res = pytester.runpytest("--problems=suite", "--autotune")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "changed without a version bump" in res.stderr.str()
     assert not (pytester.path / ".autotune" / "results.db").exists()
@@ -159,7 +160,7 @@ def test_unusable_database_is_refused_and_left_untouched(pytester: pytest.Pytest
     db.parent.mkdir()
     garbage = b"this is not a database" * 100
     db.write_bytes(garbage)
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune")
+    res = pytester.runpytest("--problems=suite", "--autotune")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert str(db) in res.stderr.str()
     assert db.read_bytes() == garbage
@@ -275,7 +276,7 @@ def test_modification_surface_is_enforced(pytester: pytest.Pytester):
     res.assert_outcomes(passed=1)
     # a change to the problem (or the protocol, or a gate): refused, naming the file
     write(pytester.path, "suite/relu.py", F.RELU.replace("dim = 4096", "dim = 64"))
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+    res = pytester.runpytest("--problems=suite", "--autotune", "--autotune-exploratory",
                                         "--autotune-base=HEAD")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "outside the modification surface" in res.stderr.str() and "suite/relu.py" in res.stderr.str()

@@ -137,10 +137,13 @@ CATALOG: list[Case] = [
     Case("softmax_rows", "cheat_empty_like", "main", R, ("correctness",), r"outside tolerance|NaN",
          "correctness gate; baseline outputs scrubbed before they are freed"),
     # never writing its outputs leaves pages the baseline's sandbox touched untouched in its own, so building the
-    # next inputs can cost it first-touch faults: the prepare-CPU rule may fire before the fingerprints do (both
-    # are correct refusals of this cheat; which comes first depends on the machine's memory state)
+    # next inputs can cost it first-touch faults: the prepare-CPU rule may fire before the fingerprints do, and
+    # the wall-clock rule can see the sandbox's own clock fall short of the controller's window (all three are
+    # correct refusals of this cheat; which comes first depends on the machine's memory state and load: a
+    # 2026-12-01 suite run was refused by the wall clock, 1222 us missing against 847 us allowed)
     Case("softmax_rows", "cheat_empty_like_timed", "main", R, ("integrity",),
-         r"timed round \d+, candidate call|building a round's inputs cost the candidate's sandbox",
+         r"timed round \d+, candidate call|building a round's inputs cost the candidate's sandbox"
+         r"|time is missing from the candidate",
          "timed-outputs check (fingerprints of timed outputs against golden outputs); idle/prepare CPU"),
     Case("softmax_rows", "cheat_call_counter", "main", R, ("integrity",), r"timed round \d+, candidate call",
          "timed-outputs check on rounds chosen after the fact (gates/integrity.py TimedOutputsGate)"),

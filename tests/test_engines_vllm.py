@@ -1,8 +1,6 @@
 """One REAL paired engine comparison in the test suite (docs/engines.md, CI): vLLM's CPU build, its default
 against ``--max-num-seqs 4`` on 16 requests in flight, which reads lower (4 sequences per step instead of
-16). Two launches of vLLM (~30-90 s each on 2 cores), one server at a time, stopped by the plugin. A window is
-16 requests, all in flight at once: one batch for the default, four rounds of 4 for the configuration (windows of
-32 requests took twice as long and read the same effect: docs/engines.md, "CI").
+16). Two launches of vLLM (~35-90 s each on 2 cores), one server at a time, stopped by the plugin.
 
 Needs vLLM installed in the engine cache (``autotune engine install vllm``; ``.ci/run`` does it). Without it the
 test is skipped, unless ``PYTEST_AUTOTUNE_REQUIRE_ENGINES=1`` (set by ``.ci/run``), which makes a missing engine
@@ -45,7 +43,7 @@ env = { VLLM_CPU_KVCACHE_SPACE = "1" }
 
 [workloads.short]
 profile = "short"
-requests = 16
+requests = 32
 concurrency = 16
 
 [configs.max-num-seqs-4]

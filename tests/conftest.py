@@ -19,6 +19,20 @@ import pytest_autotune.gates.probes  # noqa: F401
 REPO = Path(__file__).resolve().parents[1]
 
 
+class ModuleRequest:
+    """A module-scoped fixture's request, looking like a function-scoped one to ``pytest.Pytester`` (which names its
+    folder after ``request.function``); everything else is the real request. For module-scoped Pytester sessions
+    (tests/test_cheat_catalog.py, tests/test_heldout.py)."""
+
+    function = None
+
+    def __init__(self, request: pytest.FixtureRequest) -> None:
+        self._request = request
+
+    def __getattr__(self, name: str):
+        return getattr(self._request, name)
+
+
 def fast_protocol_text(**overrides: str) -> str:
     """protocol.toml with short budgets for end-to-end tests (run them with --autotune-exploratory).
     ``overrides`` maps "section.key" to a TOML literal."""

@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO, fast_protocol_text
+from conftest import REPO, ModuleRequest, fast_protocol_text
 
 CHEATS = Path(__file__).resolve().parent / "cheats"
 
@@ -275,19 +275,6 @@ def _run_session(pytester: pytest.Pytester, name: str) -> SessionRun:
     return SessionRun(name, root, items, res.stdout.str(), res.stderr.str(), res.ret, seconds, data)
 
 
-class _ModuleRequest:
-    """The module-scoped request, looking like a function-scoped one to Pytester (which names its folder after
-    ``request.function``); everything else is the real request."""
-
-    function = None
-
-    def __init__(self, request: pytest.FixtureRequest) -> None:
-        self._request = request
-
-    def __getattr__(self, name: str):
-        return getattr(self._request, name)
-
-
 @pytest.fixture(scope="module")
 def sessions(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """Run each session lazily, once per module: one Pytester (its own folder) per session."""
@@ -296,7 +283,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
 
     def get(name: str) -> SessionRun:
         if name not in runs:
-            pytester = pytest.Pytester(_ModuleRequest(request), tmp_path_factory, mp,  # type: ignore[arg-type]
+            pytester = pytest.Pytester(ModuleRequest(request), tmp_path_factory, mp,  # type: ignore[arg-type]
                                        _ispytest=True)
             runs[name] = _run_session(pytester, name)
         return runs[name]

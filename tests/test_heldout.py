@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, fast_protocol_text
+from conftest import REPO, ModuleRequest, fast_protocol_text
 
 pytest.importorskip("mlx.core", reason="the held-out leg needs mlx (pip install 'mlx[cpu]' on Linux, mlx on macOS)")
 
@@ -173,25 +173,12 @@ def heldout_lines(out: str) -> dict:
     return lines
 
 
-class _ModuleRequest:
-    """The module-scoped request, looking like a function-scoped one to Pytester (which names its folder after
-    ``request.function``), as in tests/test_cheat_catalog.py."""
-
-    function = None
-
-    def __init__(self, request: pytest.FixtureRequest) -> None:
-        self._request = request
-
-    def __getattr__(self, name: str):
-        return getattr(self._request, name)
-
-
 @pytest.fixture(scope="module")
 def cpu_origin(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """The CPU leg, measured once for both tests: its folder (r.db, cpu.json) and its items."""
     mp = pytest.MonkeyPatch()
     try:
-        pt = pytest.Pytester(_ModuleRequest(request), tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
+        pt = pytest.Pytester(ModuleRequest(request), tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
         suite(pt)
         its = cpu_leg(pt, "r.db", "cpu.json")
         yield pt.path, its

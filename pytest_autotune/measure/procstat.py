@@ -34,6 +34,44 @@ def cpu_clocks(pid: int) -> Optional[tuple[int, int, int]]:
     return process, main_thread, waited
 
 
+def main_thread_on_cpu(pid: int) -> Optional[bool]:
+    """Whether ``pid``'s main thread is running or runnable (state ``R`` in ``/proc/PID/task/PID/stat``); ``None``
+    where the OS does not say."""
+    if not sys.platform.startswith("linux") or pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/task/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"R"
+
+
+#: how long :meth:`CpuWatch.end` waits for a sandbox that answered to block on its socket again (it has a few Python
+#: lines left to run after its answer: tens of microseconds, more when it is preempted)
+SETTLE_LIMIT_S = 0.005
+
+
+def wait_off_cpu(pid: int, limit_s: float = SETTLE_LIMIT_S) -> bool:
+    """Wait (yielding the CPU) until ``pid``'s main thread is no longer running or runnable, at most ``limit_s``;
+    whether it got there.
+
+    Why: the kernel adds a running thread's CPU time to its clocks only at a scheduler tick or when it leaves the
+    CPU. Read from another process, the clocks of a thread still running lag by up to a tick (4 ms at HZ=250:
+    measured here, the process clock of a busy process advances in steps of a median 3.99 ms). A sandbox that has
+    just answered is still on its CPU for a few lines; read then, up to a tick of its request's CPU was booked to
+    the time after it -- the idle CPU the idle rule compares, which refused an honest candidate for 10.08 ms of
+    "idle" CPU of which ~0.2 ms was real. A thread that left the CPU has its clocks brought up to date."""
+    deadline = time.perf_counter() + limit_s
+    while True:
+        running = main_thread_on_cpu(pid)
+        if not running:
+            return True
+        if time.perf_counter() >= deadline:
+            return False
+        os.sched_yield()
+
+
 def group_helpers(pid: int) -> int:
     """Processes other than ``pid`` itself in ``pid``'s process group (Linux; 0 elsewhere), counted from /proc: a
     candidate that forks helpers to run beside the measurement is seen here, whatever it reports."""
@@ -68,6 +106,10 @@ class CpuAccount:
     #: charged to the process, lands in one interval; work deferred out of every call lands in many)
     idle_max_s: float = 0.0
     readable: bool = True
+    #: answers after which the sandbox's main thread was still running or runnable when its clocks were read
+    #: (SETTLE_LIMIT_S passed first). Mostly a preempted thread, whose clocks are exact; a thread still running
+    #: after its answer for that long has up to a tick of its CPU shown as idle
+    unsettled_reads: int = 0
 
 
 @dataclass
@@ -120,7 +162,9 @@ class CpuWatch:
 
     def end(self, name: str, sampling: Optional[str] = None) -> Optional[tuple[int, ...]]:
         """Close ``name``'s request; returns (process CPU, main-thread CPU, main-thread run-queue wait) ns since
-        :meth:`begin`."""
+        :meth:`begin`. The sandbox has answered: its clocks are read once it has left the CPU (:func:`wait_off_cpu`)."""
+        if not wait_off_cpu(self.pids[name]):
+            self.accounts[name].unsettled_reads += 1
         self.checkpoint(sampling)
         self._busy[name] = False
         start, now = self._since.pop(name, None), self._last[name]
@@ -129,4 +173,4 @@ class CpuWatch:
         return tuple(x - y for x, y in zip(now, start))
 
 
-__all__ = ["cpu_clocks", "group_helpers", "CpuWatch", "CpuAccount"]
+__all__ = ["cpu_clocks", "main_thread_on_cpu", "wait_off_cpu", "group_helpers", "CpuWatch", "CpuAccount"]

@@ -3,6 +3,7 @@
 #
 #   bash benchmarks/harness/gpu/run_h200.sh smoke      # ~3 min: install, CUDA unit tests (IPC included), GPU cheats,
 #                                                      #   one timed item and the 4 us A/A yardstick, jail check
+#   bash benchmarks/harness/gpu/run_h200.sh units      # the CUDA unit tests alone (IPC, device, outputs by handle)
 #   bash benchmarks/harness/gpu/run_h200.sh full       # the bundled suite + the two A/A yardsticks in ONE pytest
 #                                                      #   call (run1.json), then triton do_bench on every accepted pair
 #   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement
@@ -60,11 +61,17 @@ suite() {  # suite NAME [pytest args...]: the bundled suite + the two A/A yardst
   tail -45 "$LOG" | grep -E "^(problem|[0-9a-z_]+ +[a-z_-]+ +(accepted|rejected|error|quarantined))|accepted [0-9]|passed|failed" | tail -40
 }
 
-case "$MODE" in
-smoke)
-  run timeout 240 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cuda_device.py tests/test_outputs_by_handle.py \
-    -k "not 256_mib" --junitxml="$OUT/unit.xml"
+units_() {
+  run timeout "${UNIT_TIMEOUT:-240}" python3 -m pytest -p no:cacheprovider -q -rs tests/test_cuda_device.py \
+    tests/test_outputs_by_handle.py -k "not 256_mib" --junitxml="$OUT/unit.xml"
   grep -E "passed|failed|error" "$LOG" | tail -3
+}
+case "$MODE" in
+units)
+  units_
+  ;;
+smoke)
+  units_
   run timeout 300 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
     --junitxml="$OUT/gpu_cheats.xml"
   grep -E "passed|failed|error|accepted|rejected" "$LOG" | tail -6
@@ -114,6 +121,6 @@ remeasure)
   grep -E "passed|failed|error" "$LOG" | tail -2
   ;;
 *)
-  echo "unknown mode $MODE (smoke | full | remeasure)" >&2; exit 2 ;;
+  echo "unknown mode $MODE (units | smoke | full | remeasure | aa-spread | xdist)" >&2; exit 2 ;;
 esac
 say "total $(( $(date +%s) - T0 )) s"

@@ -1,0 +1,81 @@
+"""The controller's reading of a sandbox's CPU clocks (pytest_autotune/measure/procstat.py), against a real child
+process. Linux only: elsewhere the OS gives no other process's clocks and the idle rule does not run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_autotune.measure.procstat import CpuWatch, main_thread_on_cpu, wait_off_cpu
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+#: a child that answers each request line after ~3 ms of CPU, runs ~1 ms more (a sandbox's lines between its
+#: answer and its next read, made long enough that the controller reads the clocks during them), then blocks
+#: reading the next line
+WORKER = r"""
+import sys, time
+
+def spin(s):
+    end = time.thread_time() + s
+    while time.thread_time() < end:
+        pass
+
+for line in sys.stdin:
+    spin(0.003)
+    sys.stdout.write("done\n")
+    sys.stdout.flush()
+    spin(0.001)
+"""
+
+
+@pytest.fixture
+def worker():
+    proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            bufsize=1)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_blocked_on_its_input_is_off_cpu_and_a_spinning_one_is_not(worker):
+    proc = worker
+    deadline = time.monotonic() + 30
+    while main_thread_on_cpu(proc.pid) and time.monotonic() < deadline:  # interpreter start-up
+        time.sleep(0.01)
+    assert main_thread_on_cpu(proc.pid) is False
+    assert wait_off_cpu(proc.pid, 0.001) is True
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert wait_off_cpu(spinner.pid, 0.05) is False
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def test_cpu_of_a_request_is_booked_to_the_request_not_to_the_time_after_it(worker):
+    """The kernel brings a running thread's clocks up to date only at a scheduler tick or when it leaves the CPU:
+    read from another process right after the answer, up to a tick (4 ms at HZ=250) of the request's CPU showed
+    as idle CPU later -- the idle rule refused an honest candidate for it. The controller now waits for the child to
+    block on its next read (its lines after the answer belong to the request) and reads up-to-date clocks: the idle
+    CPU is ~0. Read at once, it would be the rest of each 1 ms tail plus the lag (~2 ms a request on average)."""
+    proc = worker
+    assert proc.stdin is not None and proc.stdout is not None
+    watch = CpuWatch({"X": proc.pid})
+    for _ in range(40):
+        watch.begin("X")
+        proc.stdin.write("go\n")
+        assert proc.stdout.readline() == "done\n"
+        watch.end("X")
+    time.sleep(0.05)
+    watch.checkpoint()
+    acct = watch.accounts["X"]
+    assert acct.readable
+    assert acct.busy_s >= 40 * 0.004 * 0.9
+    # idle CPU is left only where the child was still on a CPU (preempted, on a loaded machine) after the wait
+    assert acct.idle_s <= 0.001 + 0.0011 * acct.unsettled_reads, (acct.idle_s, acct.busy_s, acct.unsettled_reads)

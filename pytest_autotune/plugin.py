@@ -301,6 +301,18 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = keep
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Kernel items will run in this process: start the sandboxes' zygote now, so that it imports torch and enters
+    its jail while the controller sets up the first item (not under ``--collect-only``, nor in an xdist controller,
+    whose workers run the items)."""
+    config = session.config
+    s = config.stash.get(SESSION_KEY, None)
+    if s is None or config.option.collectonly or (not s.is_worker and config.pluginmanager.has_plugin("dsession")):
+        return
+    if any(isinstance(item, KernelItem) for item in session.items):
+        s.prestart_sandboxes()
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     session = config.stash.get(SESSION_KEY, None)
     if session is None or session.is_worker or not session.outcomes:

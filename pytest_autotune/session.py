@@ -290,6 +290,14 @@ class AutotuneSession:
             self._pool = make_pool(self.protocol, self.opts.device, self.opts.db, self.config)
         return self._pool
 
+    def prestart_sandboxes(self) -> None:
+        """Kernel items were collected: launch the sandbox zygote now (:meth:`SandboxPool.prestart`). Whatever
+        goes wrong here is left for the first item's start, which raises it where it is reported."""
+        try:
+            self.sandbox_pool().prestart()
+        except Exception:  # noqa: BLE001  (the same error comes back, reported, when the first sandbox starts)
+            pass
+
     def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
         verdict = self.studies.attach(self.flow().run(spec), spec)
         if not self.is_worker:

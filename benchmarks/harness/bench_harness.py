@@ -44,7 +44,8 @@ def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]
              for a in extra]
     cmd = [sys.executable, "-m", "pytest", "--autotune", f"--autotune-json={rep}", f"--autotune-db={db}",
            "-q", "-p", "no:cacheprovider", *extra]
-    env = dict(os.environ, PYTHONPATH=str(root))
+    # the harness under test first; what the caller's PYTHONPATH held (e.g. carried wheels on a device host) after it
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0

@@ -51,13 +51,17 @@ class Zygote:
     onto a socket, to report a sandbox's exit status, and to exit."""
 
     def __init__(self, threads: int, workdir: Path, start_timeout: float, env_extra: Optional[dict] = None,
-                 plan: Optional[JailPlan] = None) -> None:
+                 plan: Optional[JailPlan] = None, *, wait: bool = True) -> None:
+        """``wait=False``: return once the process is launched; :meth:`ready` (called by :meth:`fork`) waits for it
+        to be jailed and serving. The zygote then imports torch while the controller goes on."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = sandbox_env(threads, env_extra)
         env["AUTOTUNE_SANDBOX_SYS_PATH"] = json.dumps([p for p in sys.path if p])
         env["PYTHONPATH"] = package_root()
         env[ENV_PLAN] = json.dumps((plan or JailPlan()).to_json())
         self.log = workdir / "zygote.log"
+        self.start_timeout = start_timeout
+        self._ready = False
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pytest_autotune.sandbox.zygote", str(child.fileno())],
@@ -66,7 +70,14 @@ class Zygote:
             )
         child.close()
         self.ctl = parent
-        self.ctl.settimeout(start_timeout)
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        """Wait (once) for the zygote's hello: it is jailed and serves forks."""
+        if self._ready:
+            return
+        self.ctl.settimeout(self.start_timeout)
         try:
             hello = json.loads(self.ctl.recv(1 << 16) or b"{}")
         except (OSError, ValueError) as e:
@@ -77,6 +88,7 @@ class Zygote:
             why = f": the jail failed at {hello['error']}" if hello.get("error") else ""
             raise SandboxFailure("start", f"the sandbox zygote did not start{why}", tail(self.log))
         self.ctl.settimeout(30)
+        self._ready = True
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -84,6 +96,7 @@ class Zygote:
     def fork(self, fd: int, log: Path) -> tuple[int, int]:
         """(pid in the controller's pid namespace, pid in the zygote's). The log file is opened here, by the
         controller: the zygote's view of the file system is read-only."""
+        self.ready()
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd, log_fd])

@@ -101,8 +101,18 @@ class SandboxPool:
 
     def _get_zygote(self) -> Zygote:
         if self._zygote is None or not self._zygote.alive():
+            if self._zygote is not None:
+                self._zygote.close()
             self._zygote = Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan)
         return self._zygote
+
+    def prestart(self) -> None:
+        """Launch the zygote without waiting for it (the session does when collection ends): it imports torch and
+        enters its jail while the controller prepares the first item; the first :meth:`start` waits for it. Measured
+        by a helper: 0.5-1.6 s less per one-item session (docs/harness.md)."""
+        if self.mode == "zygote" and self._zygote is None:
+            self._zygote = Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan,
+                                  wait=False)
 
     def start(self, init: dict[str, Any], label: str = "sandbox") -> "Sandbox":
         self._count += 1

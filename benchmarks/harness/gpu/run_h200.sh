@@ -4,6 +4,8 @@
 #   bash benchmarks/harness/gpu/run_h200.sh smoke      # ~3 min: install, CUDA unit tests (IPC included), GPU cheats,
 #                                                      #   one timed item and the 4 us A/A yardstick, jail check
 #   bash benchmarks/harness/gpu/run_h200.sh units      # the CUDA unit tests alone (IPC, device, outputs by handle)
+#   bash benchmarks/harness/gpu/run_h200.sh cpu-aa     # the CPU A/A benchmark on the short-call problems (the host's
+#                                                      #   quiet CPUs, against this project's 2-vCPU CI machine)
 #   bash benchmarks/harness/gpu/run_h200.sh full       # the bundled suite + the two A/A yardsticks in ONE pytest
 #                                                      #   call (run1.json), then triton do_bench on every accepted pair
 #   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement
@@ -70,6 +72,11 @@ case "$MODE" in
 units)
   units_
   ;;
+cpu-aa)
+  run timeout "${AA_TIMEOUT:-500}" python3 benchmarks/harness/bench_harness.py aa --repeats "${AA_REPEATS:-1}" \
+    --out "$OUT/cpu-aa.json" -- --problems=benchmarks/harness/short_calls --device=cpu
+  tail -40 "$LOG"
+  ;;
 smoke)
   units_
   run timeout 300 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
@@ -121,6 +128,6 @@ remeasure)
   grep -E "passed|failed|error" "$LOG" | tail -2
   ;;
 *)
-  echo "unknown mode $MODE (units | smoke | full | remeasure | aa-spread | xdist)" >&2; exit 2 ;;
+  echo "unknown mode $MODE (units | cpu-aa | smoke | full | remeasure | aa-spread | xdist)" >&2; exit 2 ;;
 esac
 say "total $(( $(date +%s) - T0 )) s"

@@ -63,12 +63,40 @@ def test_items_have_readable_ids_and_respect_k_and_help(pytester: pytest.Pyteste
         assert opt in help_text, opt
 
 
+#: a conftest that counts, when the first item is set up, this process's children that are sandbox zygotes
+ZYGOTE_PROBE = '''
+import os, pathlib
+
+def pytest_runtest_setup(item):
+    out = pathlib.Path("zygotes_at_first_setup.txt")
+    if out.exists():
+        return
+    n = 0
+    for e in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{e}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError):
+            continue
+        if int(stat[stat.rfind(")") + 2:].split()[1]) == os.getpid() and b"sandbox.zygote" in cmd:
+            n += 1
+    out.write_text(str(n))
+'''
+
+
 def test_correctness_only_run_passes_and_records_nothing(pytester: pytest.Pytester):
+    """... and the sandboxes' zygote is already starting when the first item is set up (it was launched when
+    collection ended, so it imports torch while the controller gets the item ready)."""
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
     write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
+    write(pytester.path, "conftest.py", ZYGOTE_PROBE)
     res = pytester.runpytest("--problems=suite", "--autotune-json=r.json")
     res.assert_outcomes(passed=1, failed=1)
+    if sys.platform.startswith("linux"):
+        assert (pytester.path / "zygotes_at_first_setup.txt").read_text() == "1"
     assert not (pytester.path / ".autotune").exists()
     items = by_candidate(report(pytester.path / "r.json"))
     assert items[("relu", "clamp")]["verdict"] == "accepted" and items[("relu", "clamp")]["speedup"] is None

@@ -62,8 +62,13 @@ def aa(repeats: int, extra: list[str], workdir: Path) -> dict:
         r, wall = run_session(["--autotune-aa", "-k", "reference-aa", *extra], workdir, f"aa{i}")
         for it in r["items"]:
             if it["verdict"] == "accepted":
+                pairs = (((it.get("details") or {}).get("timing") or {}).get("calibration") or {}).get(
+                    "process_pairs") or []
                 rows.append({"repeat": i, "problem": it["problem"], "speedup": it["speedup"], "ci": it["ci"],
-                             "n_pairs": it["n_pairs"], "baseline_s": it["baseline_s"]})
+                             "n_pairs": it["n_pairs"], "baseline_s": it["baseline_s"],
+                             # each pair of processes on its own: its speedup, CI and calls per sample
+                             "process_pairs": [{"speedup": p.get("speedup"), "ci": p.get("ci"),
+                                                "k": p.get("calls_per_sample")} for p in pairs]})
             else:
                 rows.append({"repeat": i, "problem": it["problem"], "verdict": it["verdict"], "gate": it["gate"],
                              "reason": it["reason"][:200]})
@@ -80,7 +85,27 @@ def aa(repeats: int, extra: list[str], workdir: Path) -> dict:
         "max_abs_dev": max(abs(x["speedup"] - 1) for x in ok) if ok else None,
         "ci_covers_one": sum(covered) / len(covered) if covered else None,
         "median_ci_width": statistics.median((x["ci"][1] - x["ci"][0]) / x["speedup"] for x in ok) if ok else None,
+        **_between_pairs(ok),
     }
+
+
+def _between_pairs(ok: list[dict]) -> dict:
+    """How far the pairs of processes of one item disagree, against how wide each one's own CI is: a spread
+    between pairs beyond their CIs is an offset per pair of processes, which only more pairs can average out."""
+    spread, half_widths, disjoint = [], [], 0
+    for x in ok:
+        ps = [p for p in x.get("process_pairs", []) if p.get("speedup") and p.get("ci")]
+        if len(ps) < 2:
+            continue
+        logs = [math.log(p["speedup"]) for p in ps]
+        spread.append(max(logs) - min(logs))
+        half_widths += [(p["ci"][1] - p["ci"][0]) / 2 / p["speedup"] for p in ps]
+        disjoint += max(p["ci"][0] for p in ps) > min(p["ci"][1] for p in ps)
+    if not spread:
+        return {}
+    return {"median_between_pair_log_spread": statistics.median(spread),
+            "median_pair_ci_half_width": statistics.median(half_widths),
+            "items_with_disjoint_pair_cis": disjoint, "items_with_pairs": len(spread)}
 
 
 def remeasure(repeats: int, extra: list[str], workdir: Path) -> dict:
@@ -136,7 +161,11 @@ def md_aa(a: dict) -> str:
     return (f"| A/A items | median A/A | geomean A/A | median abs log dev | max abs dev | CI covers 1.0 | median CI width | refused |\n"
             f"|---|---|---|---|---|---|---|---|\n"
             f"| {a['n']} | {f(a['median_aa'], 4)} | {f(a['geomean_aa'], 4)} | {f(a['median_abs_log_dev'], 4)} | "
-            f"{f(a['max_abs_dev'])} | {f(a['ci_covers_one'], 2)} | {f(a['median_ci_width'])} | {a['refused']} |\n")
+            f"{f(a['max_abs_dev'])} | {f(a['ci_covers_one'], 2)} | {f(a['median_ci_width'])} | {a['refused']} |\n"
+            + ("" if "items_with_pairs" not in a else
+               f"\nbetween pairs of processes: median log spread {f(a['median_between_pair_log_spread'], 4)}, median "
+               f"CI half-width of one pair {f(a['median_pair_ci_half_width'], 4)}, pair CIs disjoint in "
+               f"{a['items_with_disjoint_pair_cis']} of {a['items_with_pairs']} items\n"))
 
 
 def md_remeasure(m: dict) -> str:

@@ -308,15 +308,17 @@ def test_timing_mode_is_decided_for_both_arms_together():
 
 def test_calls_per_sample_are_capped_by_free_device_memory():
     """protocol 4 asks for 3 ms samples on CUDA: 4 us calls of 16 MiB sets would take ~500 of them, which ran a
-    sandbox out of GPU memory on the H200. k never exceeds what half the smaller free memory holds for both
-    sandboxes' two groups and graph copies (6 sets per call); without a device budget nothing is capped."""
+    sandbox out of GPU memory on the H200. k never exceeds what 70% of the smaller free memory holds for both
+    sandboxes' two groups of inputs and outputs (4 sets per call), and their graphs' static copies too in graph
+    mode (8); without a device budget nothing is capped."""
     plan = PROTO.timing_plan("cuda")
     set_bytes, gib = 16 << 20, 1 << 30
     replies = {"A": {"memory": {"set_bytes": set_bytes, "free_bytes": 100 * gib}},
                "B": {"memory": {"set_bytes": set_bytes, "free_bytes": 10 * gib}}}
     cap = memory_cap(replies)
-    assert cap == int(0.5 * 10 * gib // (6 * set_bytes)) == 53
-    assert choose_calls_per_sample(4e-6, plan, cap) == 53
+    assert cap == int(0.7 * 10 * gib // (4 * set_bytes)) == 112
+    assert memory_cap(replies, graphs=True) == int(0.7 * 10 * gib // (8 * set_bytes)) == 56
+    assert choose_calls_per_sample(4e-6, plan, cap) == 112
     assert choose_calls_per_sample(4e-6, plan) == plan.max_calls_per_sample
     assert choose_calls_per_sample(1.0, plan, cap) == 1  # a long call still gets its one call
     assert memory_cap({"A": {"memory": {"set_bytes": set_bytes, "free_bytes": None}}, "B": {}}) is None
@@ -325,4 +327,4 @@ def test_calls_per_sample_are_capped_by_free_device_memory():
     # the candidate's own report of its call's size does not choose k: the baseline's does
     liar = {"A": {"memory": {"set_bytes": set_bytes, "free_bytes": 10 * gib}},
             "B": {"memory": {"set_bytes": 1 << 40, "free_bytes": 10 * gib}}}
-    assert memory_cap(liar) == 53
+    assert memory_cap(liar) == 112

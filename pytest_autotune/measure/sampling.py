@@ -9,12 +9,17 @@ from typing import Any, Optional
 
 from ..protocol import TimingPlan
 
-#: share of the smaller free device memory the timed calls' sets may take, and how many sets per call that is: two
-#: input groups and a graph's static copies, in each of the two sandboxes (a 4 us call at k = 498 ran out of memory)
-MEMORY_SHARE, SETS_PER_CALL = 0.5, 6
+#: share of the smaller free device memory the timed calls' sets may take
+MEMORY_SHARE = 0.7
+#: sets (one call's inputs and output) held per call of a sample, in both sandboxes together: eager, each sandbox
+#: holds its round's two input groups and their kept outputs (2 each); graphs add each group's static copies (4
+#: each). 6 for every mode with half the free memory (the first cap) held the suite's larger problems to 3-13 calls,
+#: 1.7-1.9 ms samples below the 3 ms that protocol 4 asks for, and moved their ratios ~0.6-1.2% towards 1 against
+#: triton's do_bench (docs/results-h200.md). A 4 us call at k = 498 in graph mode ran a sandbox out of memory.
+SETS_PER_CALL = {"eager": 4, "graphs": 8}
 
 
-def memory_cap(replies: dict[str, dict]) -> Optional[int]:
+def memory_cap(replies: dict[str, dict], graphs: bool = False) -> Optional[int]:
     """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted). A call's
     size is the baseline's (``A``) where it reported one: the candidate's outputs have its shapes (the correctness
     gate saw to that), and what the candidate says about itself must not choose ``k``."""
@@ -23,7 +28,8 @@ def memory_cap(replies: dict[str, dict]) -> Optional[int]:
     if not mem or len(free) < len(mem):
         return None
     base = (replies.get("A") or {}).get("memory") or {}
-    per_call = SETS_PER_CALL * int(base.get("set_bytes") or max(int(m.get("set_bytes") or 0) for m in mem))
+    sets = SETS_PER_CALL["graphs" if graphs else "eager"]
+    per_call = sets * int(base.get("set_bytes") or max(int(m.get("set_bytes") or 0) for m in mem))
     return max(1, int(MEMORY_SHARE * min(free) // per_call)) if per_call > 0 else None
 
 

@@ -237,12 +237,12 @@ def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float,
         drv.both({"B": {"cmd": "configure", "timing": {"capture_probes": False}}}, "configure")
     cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
     per_call = min(float(c["per_call_s"]) for c in cal.values())
-    cap = memory_cap(cal)
-    k = choose_calls_per_sample(per_call, plan, cap)
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
     if candidate_probe is not None:
         infos["B"] = candidate_probe
     mode = decide_timing_mode(infos, graph_below_s)
+    cap = memory_cap(cal, graphs=bool(mode.get("graphs")))
+    k = choose_calls_per_sample(per_call, plan, cap)
     conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode} for arm in drv.boxes}, "configure")
     calibration: dict[str, Any] = {
         arm: {"per_call_s": c["per_call_s"], "single_call_s": c.get("single_call_s"), "memory": c.get("memory")}

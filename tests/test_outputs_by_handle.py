@@ -148,9 +148,14 @@ def test_a_64_mib_output_item_moves_kilobytes_over_the_wire(pytester: pytest.Pyt
     (pytester.path / "suite" / "candidates" / "big").mkdir(parents=True)
     (pytester.path / "suite" / "big.py").write_text(BIG)
     (pytester.path / "suite" / "candidates" / "big" / "fma.py").write_text(BIG_CANDIDATE)
+    # warm-up and calibration at their minimum too (1 + 2 calls per arm instead of 3 + 4): each of their calls builds
+    # 64 MiB of inputs and writes 64 MiB of outputs, and k is 1 whatever they find (a call takes ~0.2 s); the timing
+    # phase went from 17-22 s to 9-12 s on 2 cores. One output sent by value instead of by descriptor would still
+    # be 64 MiB against the 256 KiB asserted below
     (pytester.path / "protocol.toml").write_text(fast_protocol_text(**{
         "probes.max_examples": "0", "probes.shape_examples": "0", "timing.min_pairs": "4",
-        "timing.item_budget_s": "0.1", "seeds.count": "2", "integrity.verify_rounds": "1"}))
+        "timing.item_budget_s": "0.1", "seeds.count": "2", "integrity.verify_rounds": "1",
+        "timing.warmup_calls": "1", "timing.calibration_calls": "2"}))
     res = pytester.runpytest_subprocess("--autotune", "--autotune-exploratory", "--problems=suite",
                                         "--autotune-json=r.json", "-p", "no:cacheprovider", timeout=600)
     item = json.loads((pytester.path / "r.json").read_text())["items"][0]

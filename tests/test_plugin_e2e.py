@@ -4,7 +4,6 @@ time nothing (usage errors, collection, correctness only) run in this process (`
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 import e2e_files as F
 import pytest
 
-from conftest import REPO, fast_protocol_text
+from conftest import REPO, ModuleRequest, fast_protocol_text
 
 SCHEMA = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())
 
@@ -39,6 +38,73 @@ def by_candidate(r: dict) -> dict:
 
 def fast(pytester: pytest.Pytester, **overrides: str) -> None:
     (pytester.path / "protocol.toml").write_text(fast_protocol_text(**overrides))
+
+
+def module_pytester(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest,
+                    mp: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A Pytester of its own folder for a module-scoped session (tests/conftest.py ``ModuleRequest``)."""
+    return pytest.Pytester(ModuleRequest(request), tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
+
+
+# Two module-scoped measuring sessions, each read by several tests below. Each used to be one fresh session per
+# test (~5-10 s each on 2 cores before its first item); the tests that share one use the same files and protocol.
+# Each still runs in a fresh process (``runpytest_subprocess``): the controller never times in this one.
+
+SURFACE_GITIGNORE = "runpytest-*\nstdout\nstderr\n.autotune/\n__pycache__/\nr.json\n"
+
+
+@pytest.fixture(scope="module")
+def relu_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """An honest ReLU candidate, an identity on non-negative inputs and a bf16 downgrade, under the fast (unfrozen)
+    protocol with the suite's candidates in the modification surface, committed to git; then the honest candidate
+    is edited (inside the surface) and the session measures with ``--autotune-exploratory --autotune-base=HEAD``.
+    Read by test_unfrozen_protocol_refuses_to_record_unless_exploratory (the exploratory run records),
+    test_identity_relu_and_bf16_downgrade_are_not_accepted (probe and correctness refusals) and
+    test_modification_surface_is_enforced (a change to a candidate only is allowed)."""
+    mp = pytest.MonkeyPatch()
+    try:
+        pt = module_pytester(tmp_path_factory, request, mp)
+        write(pt.path, "suite/relu.py", F.RELU)
+        write(pt.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+        write(pt.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
+        write(pt.path, "suite/relu_nonneg.py", F.RELU_NONNEG)
+        write(pt.path, "suite/candidates/relu_nonneg/identity.py", F.CAND_IDENTITY)
+        fast(pt, **{"timing.item_budget_s": "0.3"})
+        (pt.path / "protocol.toml").write_text(
+            (pt.path / "protocol.toml").read_text().replace('"candidates/**",', '"candidates/**",\n  "suite/candidates/**",'))
+        (pt.path / ".gitignore").write_text(SURFACE_GITIGNORE)
+        git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+        subprocess.run(git + ["init", "-q"], cwd=pt.path, check=True)
+        subprocess.run(git + ["add", "-A"], cwd=pt.path, check=True)
+        subprocess.run(git + ["commit", "-qm", "base"], cwd=pt.path, check=True)
+        # a change to the candidate only: allowed
+        write(pt.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP + "\n# tuned\n")
+        res = pt.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                      "--autotune-base=HEAD", "--autotune-json=r.json")
+        yield pt, res
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def softmax_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict:
+    """Softmax with a declared baseline faster than its naive reference, a candidate identical to that baseline, and
+    ``--autotune-aa``'s reference against itself; two pairs of processes per item (the protocol's default). Read by
+    test_aa_item_reads_about_one and test_strongest_declared_baseline_is_used_and_strawman_is_shown."""
+    mp = pytest.MonkeyPatch()
+    try:
+        pt = module_pytester(tmp_path_factory, request, mp)
+        write(pt.path, "suite/softmax.py", F.SOFTMAX)
+        write(pt.path, "suite/baselines/softmax/previous_best.py", F.CAND_SOFTMAX)
+        write(pt.path, "suite/candidates/softmax/same_as_best.py", F.CAND_SOFTMAX)
+        fast(pt, **{"timing.item_budget_s": "2.0", "timing.process_pairs": "2"})
+        res = pt.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-aa",
+                                      "--autotune-json=r.json")
+        path = pt.path / "r.json"
+        assert path.exists(), res.stdout.str()[-3000:] + res.stderr.str()[-3000:]
+        yield by_candidate(report(path))
+    finally:
+        mp.undo()
 
 
 # --------------------------------------------------------------------------------------- collection
@@ -158,16 +224,21 @@ def test_unavailable_or_unknown_devices_are_refused_before_collection(pytester: 
         res = pytester.runpytest("--problems=suite", "--device=cuda")
         assert res.ret == pytest.ExitCode.USAGE_ERROR
         assert "sees no CUDA GPU" in res.stderr.str()
+    # an mlx whose import raises, first on sys.path (the real one, if this process imported it, is set aside for
+    # the session and put back after): refused before collection, in this process (nothing timed)
     fake = write(pytester.path, "fakemods/mlx/__init__.py", "raise ImportError('mlx is broken here')\n")
-    env_res = subprocess.run([sys.executable, "-m", "pytest", "--problems=suite", "--device=mlx"],
-                             cwd=pytester.path, capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": str(fake.parent.parent)})
-    assert env_res.returncode == pytest.ExitCode.USAGE_ERROR
-    assert "mlx package is not importable" in env_res.stderr and "pip install" in env_res.stderr
-    assert "collected" not in env_res.stdout
+    with pytest.MonkeyPatch.context() as mp:
+        for name in [m for m in sys.modules if m == "mlx" or m.startswith("mlx.")]:
+            mp.delitem(sys.modules, name)
+        mp.syspath_prepend(str(fake.parent.parent))
+        res = pytester.runpytest("--problems=suite", "--device=mlx")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "mlx package is not importable" in res.stderr.str() and "mlx is broken here" in res.stderr.str()
+    assert "pip install" in res.stderr.str()
+    assert "collected" not in res.stdout.str()
 
 
-def test_unfrozen_protocol_refuses_to_record_unless_exploratory(pytester: pytest.Pytester):
+def test_unfrozen_protocol_refuses_to_record_unless_exploratory(pytester: pytest.Pytester, relu_session):
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
     fast(pytester)
@@ -175,11 +246,15 @@ def test_unfrozen_protocol_refuses_to_record_unless_exploratory(pytester: pytest
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "changed without a version bump" in res.stderr.str()
     assert not (pytester.path / ".autotune" / "results.db").exists()
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory")
-    res.assert_outcomes(passed=1)
-    con = sqlite3.connect(pytester.path / ".autotune" / "results.db")
+    # with --autotune-exploratory it records, marked exploratory: the module's session (its protocol is the fast one,
+    # unfrozen as here), whose one accepted item is the honest ReLU
+    session, res = relu_session
+    outcomes = res.parseoutcomes()
+    assert outcomes.get("passed") == 1, res.stdout.str()[-3000:]
+    con = sqlite3.connect(session.path / ".autotune" / "results.db")
     assert con.execute("select exploratory from results").fetchall() == [(1,)]
     assert con.execute("select protocol_frozen, exploratory from runs").fetchall() == [(0, 1)]
+    con.close()
 
 
 def test_unusable_database_is_refused_and_left_untouched(pytester: pytest.Pytester):
@@ -222,23 +297,21 @@ def test_full_run_from_any_directory_writes_a_valid_report_and_a_verifiable_db(p
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
-def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pytester):
+def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pytester, relu_session):
     """Issue 3: a ReLU that returns its input on non-negative inputs is stopped (probe, or breaker without
     probes); a bf16 downgrade is rejected by correctness."""
-    write(pytester.path, "suite/relu_nonneg.py", F.RELU_NONNEG)
-    write(pytester.path, "suite/candidates/relu_nonneg/identity.py", F.CAND_IDENTITY)
-    write(pytester.path, "suite/relu.py", F.RELU)
-    write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
-    fast(pytester)
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
-                                        "--autotune-json=r.json")
-    items = by_candidate(report(pytester.path / "r.json"))
+    session, _ = relu_session  # the fast protocol, probes on
+    items = by_candidate(report(session.path / "r.json"))
     ident = items[("relu_nonneg", "identity")]
     assert ident["verdict"] == "rejected" and ident["gate"] == "probe", ident
     assert "--autotune-probe-seed=" in ident["reason"]
     assert any("weak problem" in w for w in ident["warnings"]) or ident["verdict"] == "rejected"
     assert items[("relu", "bf16")]["gate"] == "correctness", items[("relu", "bf16")]
     assert "speedup" not in json.dumps(items[("relu", "bf16")]["details"].get("stage_seconds", {}))
+    write(pytester.path, "suite/relu_nonneg.py", F.RELU_NONNEG)
+    write(pytester.path, "suite/candidates/relu_nonneg/identity.py", F.CAND_IDENTITY)
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
     # without probes, the 10x breaker is what stops the identity
     # more rounds than the fast default, so a preempted round on a busy machine cannot decide the verdict
     fast(pytester, **{"probes.max_examples": "0", "probes.shape_examples": "0", "timing.min_pairs": "16",
@@ -254,15 +327,10 @@ def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pyte
     assert con.execute("select count(*) from quarantine where candidate='identity'").fetchone() == (1,)
 
 
-def test_aa_item_reads_about_one(pytester: pytest.Pytester):
+def test_aa_item_reads_about_one(softmax_session: dict):
     """The reference against itself, in two pairs of processes (the protocol's default), and against the reference
     even where a faster baseline is declared (an A/A against the strongest baseline would be a comparison)."""
-    write(pytester.path, "suite/softmax.py", F.SOFTMAX)
-    write(pytester.path, "suite/baselines/softmax/previous_best.py", F.CAND_SOFTMAX)
-    fast(pytester, **{"timing.item_budget_s": "2.0", "timing.process_pairs": "2"})
-    pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-aa",
-                                  "-k", "reference-aa", "--autotune-json=r.json")
-    (aa,) = report(pytester.path / "r.json")["items"]
+    aa = softmax_session[("softmax", "reference-aa")]
     assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted", aa["reason"]
     assert aa["baseline"] == "reference" and aa["strawman_speedup"] == aa["speedup"]
     assert 0.67 < aa["speedup"] < 1.5  # paired A/A; the docs record the measured bias and CI coverage
@@ -272,40 +340,25 @@ def test_aa_item_reads_about_one(pytester: pytest.Pytester):
     assert {"candidate (timing)", "baseline-p0", "candidate (timing)-p1", "baseline-p1"} <= set(aa["details"]["wire"])
 
 
-def test_strongest_declared_baseline_is_used_and_strawman_is_shown(pytester: pytest.Pytester):
-    write(pytester.path, "suite/softmax.py", F.SOFTMAX)
-    write(pytester.path, "suite/baselines/softmax/previous_best.py", F.CAND_SOFTMAX)
-    write(pytester.path, "suite/candidates/softmax/same_as_best.py", F.CAND_SOFTMAX)
-    fast(pytester, **{"timing.item_budget_s": "1.5"})
-    pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
-                                  "--autotune-json=r.json")
-    (item,) = report(pytester.path / "r.json")["items"]
+def test_strongest_declared_baseline_is_used_and_strawman_is_shown(softmax_session: dict):
+    item = softmax_session[("softmax", "same_as_best")]
     assert item["baseline"] == "previous_best"
     # vs the strongest baseline it is about even; vs the naive reference it reads faster (the strawman number)
     assert item["strawman_speedup"] > item["speedup"]
     assert 0.67 < item["speedup"] < 1.5
 
 
-def test_modification_surface_is_enforced(pytester: pytest.Pytester):
-    write(pytester.path, "suite/relu.py", F.RELU)
-    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
-    fast(pytester, **{"timing.item_budget_s": "0.3"})
-    (pytester.path / "protocol.toml").write_text(
-        (pytester.path / "protocol.toml").read_text().replace('"candidates/**",', '"candidates/**",\n  "suite/candidates/**",'))
-    (pytester.path / ".gitignore").write_text("runpytest-*\nstdout\nstderr\n.autotune/\n__pycache__/\n")
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run(git + ["init", "-q"], cwd=pytester.path, check=True)
-    subprocess.run(git + ["add", "-A"], cwd=pytester.path, check=True)
-    subprocess.run(git + ["commit", "-qm", "base"], cwd=pytester.path, check=True)
-    # a change to the candidate only: allowed
-    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP + "\n# tuned\n")
-    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
-                                        "--autotune-base=HEAD")
-    res.assert_outcomes(passed=1)
+def test_modification_surface_is_enforced(relu_session):
+    session, res = relu_session
+    # a change to the candidate only: allowed (the session's other two items are refused by their gates:
+    # test_identity_relu_and_bf16_downgrade_are_not_accepted)
+    res.assert_outcomes(passed=1, failed=2)
+    items = by_candidate(report(session.path / "r.json"))
+    assert items[("relu", "clamp")]["verdict"] == "accepted", items[("relu", "clamp")]
     # a change to the problem (or the protocol, or a gate): refused, naming the file
-    write(pytester.path, "suite/relu.py", F.RELU.replace("dim = 4096", "dim = 64"))
-    res = pytester.runpytest("--problems=suite", "--autotune", "--autotune-exploratory",
-                                        "--autotune-base=HEAD")
+    session.chdir()
+    write(session.path, "suite/relu.py", F.RELU.replace("dim = 4096", "dim = 64"))
+    res = session.runpytest("--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-base=HEAD")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "outside the modification surface" in res.stderr.str() and "suite/relu.py" in res.stderr.str()
 

@@ -7,6 +7,7 @@ is rolled back, so every example meets the same database state.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -109,6 +110,10 @@ def mutation(name: str, patch: dict, rules) -> Mutation:
 
 
 # ---------------------------------------------------------------------------------------------- strategies
+# Every strategy a composite draws from is built once, here, not inside the composite: Hypothesis validates each new
+# strategy object on its first draw, and building them per draw spent most of this test's ~30 s validating the same
+# strategies again (cProfile: 7.8 of 12.4 s). The examples are the same: a strategy's draws depend on the choices
+# made, not on which object makes them (the count this test prints is unchanged).
 
 hexchar = st.sampled_from("0123456789abcdef")
 seed_int = st.integers(min_value=0, max_value=2**63 - 1)
@@ -116,127 +121,175 @@ finite = st.floats(allow_nan=False, allow_infinity=False)
 words = st.text(alphabet=string.ascii_letters + " _-", min_size=1, max_size=12)
 
 
+@functools.lru_cache(maxsize=None)
 def _hex(n: int):
     return st.lists(hexchar, min_size=n, max_size=n).map("".join)
 
 
+@functools.lru_cache(maxsize=None)
+def _index(lo: int, hi: int):
+    return st.integers(lo, hi)
+
+
+DIGEST_KIND = st.sampled_from(["upper", "length", "nonhex"])
+HEX_UPPER = st.sampled_from("ABCDEF")
+BAD_HEX_LENGTH = st.integers(0, 100).filter(lambda n: n != 64)
+NONHEX_CHAR = st.characters(codec="utf-8").filter(lambda c: c not in "0123456789abcdef")
+
+
 @st.composite
 def bad_digest(draw):
-    kind = draw(st.sampled_from(["upper", "length", "nonhex"]))
+    kind = draw(DIGEST_KIND)
     if kind == "upper":
         h = draw(_hex(64))
-        i = draw(st.integers(0, 63))
-        letter = draw(st.sampled_from("ABCDEF"))
+        i = draw(_index(0, 63))
+        letter = draw(HEX_UPPER)
         return h[:i] + letter + h[i + 1 :]
     if kind == "length":
-        n = draw(st.integers(0, 100).filter(lambda n: n != 64))
+        n = draw(BAD_HEX_LENGTH)
         return draw(_hex(n))
     h = draw(_hex(64))
-    i = draw(st.integers(0, 63))
-    c = draw(st.characters(codec="utf-8").filter(lambda c: c not in "0123456789abcdef"))
+    i = draw(_index(0, 63))
+    c = draw(NONHEX_CHAR)
     return h[:i] + c + h[i + 1 :]
+
+
+BAD_DIGEST = bad_digest()
 
 
 def seeds_json(values) -> str:
     return json.dumps(values)
 
 
+SEEDS_KIND = st.sampled_from(["empty", "short", "duplicate", "non_integer", "negative", "overflow", "invalid_json",
+                              "not_array"])
+SEEDS_SHORT = st.lists(seed_int, min_size=0, max_size=N_SEEDS - 1, unique=True)
+SEEDS_BASE = st.lists(seed_int, min_size=N_SEEDS, max_size=N_SEEDS + 4, unique=True)
+SEED_NON_INTEGER = st.one_of(finite, st.text(max_size=6), st.booleans(), st.none(), st.lists(seed_int, max_size=2))
+SEED_NEGATIVE = st.integers(min_value=-(2**63), max_value=-1)
+SEED_OVERFLOW = st.integers(min_value=2**63, max_value=2**80)
+SEEDS_INVALID_JSON = st.text(max_size=30).filter(lambda t: not t.lstrip().startswith("["))
+SEEDS_NOT_ARRAY = st.one_of(
+    st.dictionaries(st.text(max_size=4), seed_int, min_size=N_SEEDS, max_size=N_SEEDS + 2),
+    seed_int,
+    st.text(max_size=8),
+)
+
+
 @st.composite
 def m_seeds(draw):
-    kind = draw(
-        st.sampled_from(["empty", "short", "duplicate", "non_integer", "negative", "overflow", "invalid_json",
-                         "not_array"])
-    )
+    kind = draw(SEEDS_KIND)
     if kind == "empty":
         return mutation("seeds_empty", {"seeds": "[]"}, {"paired_seeds"})
     if kind == "short":
-        s = draw(st.lists(seed_int, min_size=0, max_size=N_SEEDS - 1, unique=True))
+        s = draw(SEEDS_SHORT)
         return mutation("seeds_short", {"seeds": seeds_json(s)}, {"paired_seeds"})
-    base = draw(st.lists(seed_int, min_size=N_SEEDS, max_size=N_SEEDS + 4, unique=True))
+    base = draw(SEEDS_BASE)
     if kind == "duplicate":
-        i, j = draw(st.integers(0, len(base) - 1)), draw(st.integers(0, len(base)))
+        i, j = draw(_index(0, len(base) - 1)), draw(_index(0, len(base)))
         s = base[:j] + [base[i]] + base[j:]
         return mutation("seeds_duplicate", {"seeds": seeds_json(s)}, {"paired_seeds"})
-    i = draw(st.integers(0, len(base) - 1))
+    i = draw(_index(0, len(base) - 1))
     if kind == "non_integer":
-        v = draw(st.one_of(finite, st.text(max_size=6), st.booleans(), st.none(), st.lists(seed_int, max_size=2)))
+        v = draw(SEED_NON_INTEGER)
         s = base[:i] + [v] + base[i + 1 :]
         return mutation("seeds_non_integer", {"seeds": seeds_json(s)}, {"paired_seeds"})
     if kind == "negative":
-        s = base[:i] + [draw(st.integers(min_value=-(2**63), max_value=-1))] + base[i + 1 :]
+        s = base[:i] + [draw(SEED_NEGATIVE)] + base[i + 1 :]
         return mutation("seeds_negative", {"seeds": seeds_json(s)}, {"paired_seeds"})
     if kind == "overflow":
-        s = base[:i] + [draw(st.integers(min_value=2**63, max_value=2**80))] + base[i + 1 :]
+        s = base[:i] + [draw(SEED_OVERFLOW)] + base[i + 1 :]
         return mutation("seeds_overflow", {"seeds": seeds_json(s)}, {"paired_seeds"})
     if kind == "invalid_json":
-        text = draw(st.text(max_size=30).filter(lambda t: not t.lstrip().startswith("[")))
+        text = draw(SEEDS_INVALID_JSON)
         return mutation("seeds_invalid_json", {"seeds": text}, {"paired_seeds"})
-    value = draw(
-        st.one_of(
-            st.dictionaries(st.text(max_size=4), seed_int, min_size=N_SEEDS, max_size=N_SEEDS + 2),
-            seed_int,
-            st.text(max_size=8),
-        )
-    )
+    value = draw(SEEDS_NOT_ARRAY)
     return mutation("seeds_not_array", {"seeds": json.dumps(value)}, {"paired_seeds"})
+
+
+DIGEST_COLUMN = st.sampled_from(["problem_sha256", "candidate_sha256", "baseline_sha256", "protocol_sha256"])
 
 
 @st.composite
 def m_digest(draw):
-    col = draw(st.sampled_from(["problem_sha256", "candidate_sha256", "baseline_sha256", "protocol_sha256"]))
-    value = draw(bad_digest())
+    col = draw(DIGEST_COLUMN)
+    value = draw(BAD_DIGEST)
     rules = {"digests", "protocol_digest"} if col == "protocol_sha256" else {"digests"}
     return mutation(f"digest_bad_{col}", {col: value}, rules)
 
 
+# PROTO2 and PROTO are fixed at import (test_store_schema)
+OTHER_PROTOCOL = st.one_of(st.just(PROTO2.sha256), _hex(64)).filter(lambda h: h != PROTO.sha256)
+
+
 @st.composite
 def m_protocol(draw):
-    value = draw(st.one_of(st.just(PROTO2.sha256), _hex(64)).filter(lambda h: h != PROTO.sha256))
+    value = draw(OTHER_PROTOCOL)
     return mutation("protocol_digest_other", {"protocol_sha256": value}, {"protocol_digest"})
+
+
+SPEED_KIND = st.sampled_from(["outside_ci", "ci_low_nonpositive", "ci_inverted", "ci_infinite", "above_breaker",
+                              "nonfinite_speedup"])
+SPEEDUP_OUTSIDE_CI = st.floats(min_value=1e-9, max_value=1e9).filter(lambda s: not (1.9 <= s <= 2.1))
+CI_LOW_NONPOSITIVE = st.floats(min_value=-1e9, max_value=0.0)
+CI_INVERTED_LOW = st.floats(min_value=2.2, max_value=1e6)
+CI_INVERTED_HIGH = st.floats(min_value=1e-6, max_value=1.8)
+SPEEDUP_ABOVE_BREAKER = st.floats(min_value=MAX_SPEEDUP, max_value=1e9, exclude_min=True)
 
 
 @st.composite
 def m_speed(draw):
-    kind = draw(st.sampled_from(["outside_ci", "ci_low_nonpositive", "ci_inverted", "ci_infinite", "above_breaker",
-                                 "nonfinite_speedup"]))
+    kind = draw(SPEED_KIND)
     if kind == "outside_ci":
-        s = draw(st.floats(min_value=1e-9, max_value=1e9).filter(lambda s: not (1.9 <= s <= 2.1)))
+        s = draw(SPEEDUP_OUTSIDE_CI)
         return mutation("speedup_outside_ci", {"speedup": s}, {"speedup_in_ci"} | ({"breaker"} if s > MAX_SPEEDUP else set()))
     if kind == "ci_low_nonpositive":
-        lo = draw(st.floats(min_value=-1e9, max_value=0.0))
+        lo = draw(CI_LOW_NONPOSITIVE)
         return mutation("ci_low_nonpositive", {"ci_low": lo}, {"speedup_in_ci"})
     if kind == "ci_inverted":
-        lo = draw(st.floats(min_value=2.2, max_value=1e6))
-        hi = draw(st.floats(min_value=1e-6, max_value=1.8))
+        lo = draw(CI_INVERTED_LOW)
+        hi = draw(CI_INVERTED_HIGH)
         return mutation("ci_inverted", {"ci_low": lo, "ci_high": hi}, {"speedup_in_ci"})
     if kind == "ci_infinite":
         return mutation("ci_infinite", {"ci_high": math.inf}, {"speedup_in_ci"})
     if kind == "nonfinite_speedup":
         return mutation("speedup_infinite", {"speedup": math.inf, "ci_high": math.inf},
                         {"speedup_in_ci", "breaker"})
-    s = draw(st.floats(min_value=MAX_SPEEDUP, max_value=1e9, exclude_min=True))
+    s = draw(SPEEDUP_ABOVE_BREAKER)
     return mutation("speedup_above_breaker", {"speedup": s, "ci_low": s * 0.95, "ci_high": s * 1.05}, {"breaker"})
+
+
+BREAKER_KIND = st.sampled_from(["garbage", "unknown_release", "release_other_candidate"])
+BREAKER_GARBAGE = st.text(max_size=20).filter(lambda t: t not in ("ok", "released:1"))
+UNKNOWN_RELEASE = st.integers(min_value=2, max_value=10**9)
+# RELEASED_CANDIDATE is defined below, with the database: the filter reads it when it draws
+OTHER_CANDIDATE = _hex(64).filter(lambda h: h != RELEASED_CANDIDATE)
 
 
 @st.composite
 def m_breaker(draw):
-    kind = draw(st.sampled_from(["garbage", "unknown_release", "release_other_candidate"]))
+    kind = draw(BREAKER_KIND)
     if kind == "garbage":
-        v = draw(st.text(max_size=20).filter(lambda t: t not in ("ok", "released:1")))
+        v = draw(BREAKER_GARBAGE)
         return mutation("breaker_garbage", {"breaker": v}, {"breaker"})
     if kind == "unknown_release":
-        n = draw(st.integers(min_value=2, max_value=10**9))
+        n = draw(UNKNOWN_RELEASE)
         return mutation("breaker_unknown_release", {"breaker": f"released:{n}"}, {"breaker"})
-    other = draw(_hex(64).filter(lambda h: h != RELEASED_CANDIDATE))
+    other = draw(OTHER_CANDIDATE)
     return mutation("breaker_release_other_candidate", {"breaker": "released:1", "candidate_sha256": other},
                     {"breaker"})
 
 
+RUN_KIND = st.sampled_from(["missing", "finished", "exploratory_run", "flag", "flag_value"])
+MISSING_RUN = st.text(max_size=20).filter(lambda t: t not in ("run-A", "run-B", "run-C"))
+NOT_A_FLAG = st.integers(min_value=-(2**40), max_value=2**40).filter(lambda v: v not in (0, 1))
+
+
 @st.composite
 def m_run(draw):
-    kind = draw(st.sampled_from(["missing", "finished", "exploratory_run", "flag", "flag_value"]))
+    kind = draw(RUN_KIND)
     if kind == "missing":
-        rid = draw(st.text(max_size=20).filter(lambda t: t not in ("run-A", "run-B", "run-C")))
+        rid = draw(MISSING_RUN)
         return mutation("run_missing", {"run_id": rid}, {"run_exists"})
     if kind == "finished":
         return mutation("run_finished", {"run_id": "run-B"}, {"run_open"})
@@ -244,101 +297,126 @@ def m_run(draw):
         return mutation("run_exploratory", {"run_id": "run-C"}, {"exploratory_flag"})
     if kind == "flag":
         return mutation("exploratory_flag_set", {"exploratory": 1}, {"exploratory_flag"})
-    v = draw(st.integers(min_value=-(2**40), max_value=2**40).filter(lambda v: v not in (0, 1)))
+    v = draw(NOT_A_FLAG)
     return mutation("exploratory_flag_value", {"exploratory": v}, {"exploratory_flag", "flags"})
+
+
+GATE_KIND = st.sampled_from(["correctness", "probes", "integrity"])
+NOT_PASSED = st.text(max_size=12).filter(lambda t: t != "passed")
+PROBES_NOT_PASSED = st.one_of(
+    st.text(max_size=10).filter(lambda t: t not in ("passed", "disabled")).map(lambda s: json.dumps({"status": s})),
+    st.integers().map(lambda n: json.dumps({"status": n})),
+    st.just(json.dumps({"examples": 3})),
+    st.just(json.dumps(["passed"])),
+    st.just(json.dumps("passed")),
+    st.text(max_size=15).filter(lambda t: not t.lstrip().startswith(("{", '"', "["))),
+)
 
 
 @st.composite
 def m_gates(draw):
-    kind = draw(st.sampled_from(["correctness", "probes", "integrity"]))
+    kind = draw(GATE_KIND)
     if kind == "correctness":
-        v = draw(st.text(max_size=12).filter(lambda t: t != "passed"))
+        v = draw(NOT_PASSED)
         return mutation("correctness_not_passed", {"correctness": v}, {"correctness_passed"})
     if kind == "integrity":
-        v = draw(st.text(max_size=12).filter(lambda t: t != "passed"))
+        v = draw(NOT_PASSED)
         return mutation("integrity_not_passed", {"integrity": v}, {"integrity_passed"})
-    v = draw(
-        st.one_of(
-            st.text(max_size=10).filter(lambda t: t not in ("passed", "disabled")).map(lambda s: json.dumps({"status": s})),
-            st.integers().map(lambda n: json.dumps({"status": n})),
-            st.just(json.dumps({"examples": 3})),
-            st.just(json.dumps(["passed"])),
-            st.just(json.dumps("passed")),
-            st.text(max_size=15).filter(lambda t: not t.lstrip().startswith(("{", '"', "["))),
-        )
-    )
+    v = draw(PROBES_NOT_PASSED)
     return mutation("probes_not_passed", {"probes": v}, {"probes_passed"})
+
+
+NUMBERS_KIND = st.sampled_from(["n_pairs", "times", "strawman", "flags", "iteration"])
+PAIRS_BELOW_MIN = st.integers(min_value=-(2**40), max_value=MIN_PAIRS - 1)
+TIME_COLUMN = st.sampled_from(["candidate_s", "baseline_s"])
+NOT_POSITIVE = st.one_of(st.floats(min_value=-1e9, max_value=0.0), st.just(math.inf))
+NEGATIVE = st.integers(min_value=-(2**40), max_value=-1)
 
 
 @st.composite
 def m_numbers(draw):
-    kind = draw(st.sampled_from(["n_pairs", "times", "strawman", "flags", "iteration"]))
+    kind = draw(NUMBERS_KIND)
     if kind == "n_pairs":
-        v = draw(st.integers(min_value=-(2**40), max_value=MIN_PAIRS - 1))
+        v = draw(PAIRS_BELOW_MIN)
         return mutation("n_pairs_below_min", {"n_pairs": v}, {"min_pairs"})
     if kind == "times":
-        col = draw(st.sampled_from(["candidate_s", "baseline_s"]))
-        v = draw(st.one_of(st.floats(min_value=-1e9, max_value=0.0), st.just(math.inf)))
+        col = draw(TIME_COLUMN)
+        v = draw(NOT_POSITIVE)
         return mutation(f"{col}_not_positive", {col: v}, {"times_positive"})
     if kind == "strawman":
-        v = draw(st.one_of(st.floats(min_value=-1e9, max_value=0.0), st.just(math.inf)))
+        v = draw(NOT_POSITIVE)
         return mutation("strawman_not_positive", {"strawman_speedup": v}, {"strawman_speedup"})
     if kind == "flags":
-        v = draw(st.integers(min_value=-(2**40), max_value=2**40).filter(lambda v: v not in (0, 1)))
+        v = draw(NOT_A_FLAG)
         return mutation("ci_target_met_not_bool", {"ci_target_met": v}, {"flags"})
-    v = draw(st.integers(min_value=-(2**40), max_value=-1))
+    v = draw(NEGATIVE)
     return mutation("iteration_negative", {"iteration": v}, {"iteration", "study_fields"})
+
+
+CHAIN_KIND = st.sampled_from(["prev_wrong", "prev_bad", "row_equals_prev", "row_bad"])
+# HEAD is set by _build_db, before the first draw: the filter reads it when it draws
+WRONG_PREV = _hex(64).filter(lambda h: h != HEAD)
 
 
 @st.composite
 def m_chain(draw):
-    kind = draw(st.sampled_from(["prev_wrong", "prev_bad", "row_equals_prev", "row_bad"]))
+    kind = draw(CHAIN_KIND)
     if kind == "prev_wrong":
-        v = draw(_hex(64).filter(lambda h: h != HEAD))
+        v = draw(WRONG_PREV)
         return mutation("prev_hash_wrong", {"prev_hash": v}, {"hash_chain"})
     if kind == "prev_bad":
-        return mutation("prev_hash_malformed", {"prev_hash": draw(bad_digest())}, {"hash_chain"})
+        return mutation("prev_hash_malformed", {"prev_hash": draw(BAD_DIGEST)}, {"hash_chain"})
     if kind == "row_equals_prev":
         return mutation("row_hash_equals_prev", {"row_hash": HEAD}, {"hash_chain"})
-    return mutation("row_hash_malformed", {"row_hash": draw(bad_digest())}, {"hash_chain"})
+    return mutation("row_hash_malformed", {"row_hash": draw(BAD_DIGEST)}, {"hash_chain"})
+
+
+TEXT_KIND = st.sampled_from(["kind", "names", "provenance", "created_at", "row_mac", "duplicate_item"])
+UNKNOWN_KIND = st.text(max_size=10).filter(lambda t: t not in ("kernel", "engine"))
+NAME_COLUMN = st.sampled_from(["nodeid", "problem", "candidate", "baseline", "device"])
+NOT_AN_OBJECT = st.one_of(
+    st.text(max_size=15).filter(lambda t: not t.lstrip().startswith(("{", '"', "["))),
+    st.lists(st.integers(), max_size=3).map(json.dumps),
+    st.integers().map(json.dumps),
+)
+MALFORMED_TIME = st.text(alphabet=string.ascii_letters + ":- ", max_size=25)
 
 
 @st.composite
 def m_text(draw):
-    kind = draw(st.sampled_from(["kind", "names", "provenance", "created_at", "row_mac", "duplicate_item"]))
+    kind = draw(TEXT_KIND)
     if kind == "kind":
-        v = draw(st.text(max_size=10).filter(lambda t: t not in ("kernel", "engine")))
+        v = draw(UNKNOWN_KIND)
         return mutation("kind_unknown", {"kind": v}, {"kind"})
     if kind == "names":
-        col = draw(st.sampled_from(["nodeid", "problem", "candidate", "baseline", "device"]))
+        col = draw(NAME_COLUMN)
         return mutation(f"{col}_empty", {col: ""}, {"names"})
     if kind == "provenance":
-        v = draw(
-            st.one_of(
-                st.text(max_size=15).filter(lambda t: not t.lstrip().startswith(("{", '"', "["))),
-                st.lists(st.integers(), max_size=3).map(json.dumps),
-                st.integers().map(json.dumps),
-            )
-        )
+        v = draw(NOT_AN_OBJECT)
         return mutation("provenance_not_object", {"provenance": v}, {"provenance_json"})
     if kind == "created_at":
-        v = draw(st.text(alphabet=string.ascii_letters + ":- ", max_size=25))
+        v = draw(MALFORMED_TIME)
         return mutation("created_at_malformed", {"created_at": v}, {"created_at"})
     if kind == "row_mac":
-        return mutation("row_mac_malformed", {"row_mac": draw(bad_digest())}, {"row_mac"})
+        return mutation("row_mac_malformed", {"row_mac": draw(BAD_DIGEST)}, {"row_mac"})
     return mutation("duplicate_item", {"nodeid": EXISTING_NODEID}, {"unique"})
+
+
+NOT_NULL_COLUMN = st.sampled_from(NOT_NULL)
+NUMERIC_COLUMN = st.sampled_from(NUMERIC)
+LETTERS = st.text(alphabet=string.ascii_letters, min_size=1, max_size=10)
 
 
 @st.composite
 def m_null(draw):
-    col = draw(st.sampled_from(NOT_NULL))
+    col = draw(NOT_NULL_COLUMN)
     return mutation(f"null_{col}", {col: None}, {"not_null"} | COLUMN_RULES[col])
 
 
 @st.composite
 def m_datatype(draw):
-    col = draw(st.sampled_from(NUMERIC))
-    v = draw(st.text(alphabet=string.ascii_letters, min_size=1, max_size=10))
+    col = draw(NUMERIC_COLUMN)
+    v = draw(LETTERS)
     return mutation(f"text_in_{col}", {col: v}, {"datatype"} | COLUMN_RULES[col])
 
 

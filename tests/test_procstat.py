@@ -50,8 +50,12 @@ def test_a_process_blocked_on_its_input_is_off_cpu_and_a_spinning_one_is_not(wor
         time.sleep(0.01)
     assert main_thread_on_cpu(proc.pid) is False
     assert wait_off_cpu(proc.pid, 0.001) is True
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    # the spinner says when it is in its loop: before that, starting up, it sleeps on its files now and then (a
+    # fresh clone's CI run caught it off the CPU there)
+    spinner = subprocess.Popen([sys.executable, "-c", "import sys; print('spinning', flush=True)\nwhile True: pass"],
+                               stdout=subprocess.PIPE, text=True)
     try:
+        assert spinner.stdout is not None and spinner.stdout.readline() == "spinning\n"
         assert wait_off_cpu(spinner.pid, 0.05) is False
     finally:
         spinner.kill()

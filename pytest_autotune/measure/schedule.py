@@ -169,12 +169,25 @@ class _Driver:
             except OSError:
                 self.repin_errors += 1
 
+    def between_rounds_cpus(self) -> set:
+        """Where both sandboxes work between samples (a round's release, the next round's inputs): every CPU the
+        controller may use except the samples' own, unless that is all there is.
+
+        Why not the samples' CPU too: the sandbox woken first (the baseline's, asked first) stayed on it and the
+        other moved away, so only the baseline's inputs and outputs were written in the cache of the CPU that
+        then timed them. Measured on a 16-core host (2 MiB L2 a core), the baseline built its inputs there in
+        ~100% of rounds and the candidate in 0%, and the bundled Level-1 A/A on the CPU read a median 1.039 (8 of
+        8 items above 1, 3 of 8 CIs containing 1.0); with both arms kept off it, 1.003 (4 of 8 above 1, 8 of 8
+        CIs containing 1.0). docs/harness.md, "A/A bias: where the rounds were built"."""
+        return (self.all_cpus - self.sample_cpus) or self.all_cpus
+
     def both(self, msgs: dict[str, dict], phase: str, spread: bool = False) -> dict[str, dict]:
-        """The same kind of request to both sandboxes at once. ``spread``: they may use every CPU meanwhile (building
-        inputs in parallel) and are pinned back to the samples' CPU when both are done."""
+        """The same kind of request to both sandboxes at once. ``spread``: they may use every CPU but the samples'
+        meanwhile (:meth:`between_rounds_cpus`; building inputs in parallel) and are pinned back to the samples'
+        CPU when both are done."""
         arms = list(msgs)
         if spread:
-            self._pin(self.all_cpus)
+            self._pin(self.between_rounds_cpus())
         self.watch.begin(*arms)
         for arm in arms:
             self.boxes[arm].send(msgs[arm], phase=phase)
@@ -306,9 +319,11 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         fp = {"positions_seed": secrets.randbits(63)} if prints_of is not None else None
         t_prep = time.perf_counter()
         # the last round's outputs are fingerprinted and freed first (the candidate's finalizers may run there),
-        # then the inputs are built: only that step is the same work in both sandboxes, and compared
-        # only the candidate's outputs are fingerprinted: the baseline's would be read by nobody
-        rel = drv.both({arm: {"cmd": "release", "fingerprint": fp if arm == "B" else None,
+        # then the inputs are built: only that step is the same work in both sandboxes, and compared.
+        # Both sandboxes read their outputs, though only the candidate's prints are checked: the same work between
+        # rounds in both arms leaves the same cache and allocator state to the next round's calls (the two
+        # asymmetries found behind a CPU A/A of 1.039; between_rounds_cpus has the other)
+        rel = drv.both({arm: {"cmd": "release", "fingerprint": fp,
                               "tamper": arm == "B" and r_index % TAMPER_EVERY == 0} for arm in drv.boxes},
                        "timing (release)", spread=True)
         t_rel = time.perf_counter()
@@ -348,7 +363,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
             break
     last = drv.both({"A": {"cmd": "release", "fingerprint": None},
                      "B": {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": True}},
-                    "timing (last outputs)")
+                    "timing (last outputs)", spread=True)
     if prints_of is not None:
         prints_of.prints = last["B"].get("prints") or []
     ev.tamper += last["B"].get("tamper", [])

@@ -286,9 +286,10 @@ def _helpers_of(box: Sandbox) -> int:
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
                       *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
                       sample_cpus: Optional[list[int]] = None, candidate_probe: Optional[dict] = None) -> TimingEvidence:
-    """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they build a round's inputs
-    they may use every CPU. ``candidate_probe``: the candidate's graph-capture probe, made in a sandbox that is not
-    timed (then the timing sandbox makes none)."""
+    """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they release a round and
+    build the next one's inputs they may use every CPU but those (``_Driver.between_rounds_cpus``).
+    ``candidate_probe``: the candidate's graph-capture probe, made in a sandbox that is not timed (then the timing
+    sandbox makes none)."""
     t_start = time.perf_counter()
     drv = _Driver({"A": baseline, "B": candidate}, sample_cpus)
 

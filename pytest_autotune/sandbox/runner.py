@@ -13,7 +13,6 @@ zygote's client, a handle per sandbox, the kinds of failure) are in :mod:`.proce
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -160,9 +159,20 @@ class SandboxPool:
         if self.cgroups is not None:
             self.cgroups.close()
             self.cgroups = None
-        # the sandboxes' logs served their failures' messages (each carries its log's tail); every session left its
-        # folder in the temp directory before (1912 of them on the development machine)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        _drop_empty_logs(self.workdir)
+
+
+def _drop_empty_logs(workdir: Path) -> None:
+    """The pool's folder of logs goes when nothing was written there (every session left one in the temp directory
+    before: 1912 of them on the development machine). A log with something in it -- what a candidate printed, a
+    crash's traceback -- stays, and with it the folder."""
+    try:
+        for log in workdir.iterdir():
+            if log.is_file() and log.stat().st_size == 0:
+                log.unlink()
+        workdir.rmdir()
+    except OSError:
+        pass
 
 
 def _safe(s: str) -> str:

@@ -23,7 +23,10 @@ pytest.importorskip("mlx.core", reason="the held-out leg needs mlx (pip install 
 
 SCHEMA = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())
 
-# the naive reference allocates a tensor of zeros to compare against (as benchmarks' 02_relu); ~0.3 ms on the CPU
+# the naive torch reference compares with a tensor of zeros, twice (the second pass changes nothing): ~3x the time
+# of torch.relu on the CPU. With it done once (~1.6x), the CPU leg's CI reached down to 0.99 once in a fresh-clone
+# CI run (two pairs of processes of 8 pairs in all, one with an offset of its own), and the test needs the origin
+# certified (CI above 1.0). The MLX reference (ModelMLX) does it once: the MLX legs are unchanged.
 PROBLEM = '''
 import torch
 import torch.nn as nn
@@ -42,7 +45,8 @@ class Model(nn.Module):
         super().__init__()
 
     def forward(self, x):
-        return torch.maximum(x, torch.zeros_like(x))
+        y = torch.maximum(x, torch.zeros_like(x))
+        return torch.maximum(y, torch.zeros_like(y))
 
 
 class ModelMLX:

@@ -8,7 +8,8 @@
 #                                                      #   quiet CPUs, against this project's 2-vCPU CI machine)
 #   bash benchmarks/harness/gpu/run_h200.sh full       # the bundled suite + the two A/A yardsticks in ONE pytest
 #                                                      #   call (run1.json), then triton do_bench on every accepted pair
-#   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement
+#   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement,
+#                                                      #   do_bench on its pairs again (dobench-run2.json)
 #   bash benchmarks/harness/gpu/run_h200.sh aa-spread  # GPU cheats, then the 130 us A/A yardstick N times with fresh
 #                                                      #   timing sandboxes and with the correctness sandbox reused
 #   bash benchmarks/harness/gpu/run_h200.sh xdist      # two-GPU host (issue 13): the suite with -n 0, then -n 2, both
@@ -122,6 +123,9 @@ xdist)
   ;;
 remeasure)
   suite run2
+  # do_bench again in this session (the launch-bound references move between sessions: compare like with like)
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 \
+    --report "$OUT/run2.json" --out "$OUT/dobench-run2.json"
   python3 "$HERE/summarize.py" "$OUT" run2 2>>"$LOG"
   run timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
     --junitxml="$OUT/gpu_cheats.xml"

@@ -5,6 +5,7 @@
     python benchmarks/harness/bench_harness.py overhead                  # where an item's wall time goes
     python benchmarks/harness/bench_harness.py all --repeats 3 --out docs/harness-data.json
     python benchmarks/harness/bench_harness.py aa --repeats 2 --ref 9bb0e46 -- --problems=benchmarks/harness/short_calls
+    python benchmarks/harness/bench_harness.py aa --repeats 1 --partial /tmp/aa -- benchmarks/kernels/anchors   # items as they finish
 
 Each repeat is a fresh `pytest --autotune` session (its own nonce, zygote and sandboxes) on the bundled suite,
 so the numbers include everything a user's run includes. Extra pytest arguments go after `--`, e.g.
@@ -33,6 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: the harness under test: this checkout, or a worktree of an older ref (``--ref``)
 HARNESS = {"root": REPO}
+#: ``--partial DIR``: where each session appends its finished items (None: only the final report)
+PARTIAL: dict = {"dir": None}
 
 
 def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]:
@@ -45,7 +48,16 @@ def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]
     cmd = [sys.executable, "-m", "pytest", "--autotune", f"--autotune-json={rep}", f"--autotune-db={db}",
            "-q", "-p", "no:cacheprovider", *extra]
     # the harness under test first; what the caller's PYTHONPATH held (e.g. carried wheels on a device host) after it
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
+    paths = [str(root), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ)
+    if PARTIAL["dir"] is not None:
+        # each finished item appended as one JSON line as it finishes (benchmarks/harness/gpu/harness_plugin.py):
+        # a session cut short by a timeout still leaves what it measured
+        PARTIAL["dir"].mkdir(parents=True, exist_ok=True)
+        cmd += ["-p", "harness_plugin"]
+        paths.insert(1, str(REPO / "benchmarks" / "harness" / "gpu"))
+        env["AUTOTUNE_PARTIAL"] = str(PARTIAL["dir"] / f"{HARNESS.get('tag', 'now')}-{tag}.partial.jsonl")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
@@ -208,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--ref", help="also measure the harness as it was at this git ref (before/after)")
+    ap.add_argument("--partial", type=Path, help="append each finished item to DIR/<harness>-<session>.partial.jsonl "
+                    "as it finishes (a run cut short by a timeout keeps what it measured)")
     a = ap.parse_args(argv)
+    PARTIAL["dir"] = a.partial
     workdir = Path(tempfile.mkdtemp(prefix="autotune-harness-"))
     out: dict = {"argv": sys.argv, "extra": extra, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                  "host_cpus": os.cpu_count(), "loadavg_before": os.getloadavg(),
@@ -219,12 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(["git", "worktree", "add", "--detach", str(old), a.ref], cwd=REPO, check=True,
                        capture_output=True)
         try:
-            HARNESS["root"] = old
+            HARNESS["root"], HARNESS["tag"] = old, "before"
             out["aa_before"] = aa(a.repeats, extra, workdir / "b")
             out["aa_before"]["ref"] = a.ref
             print(f"## A/A bias, harness at {a.ref} (before)\n\n" + md_aa(out["aa_before"]))
         finally:
-            HARNESS["root"] = REPO
+            HARNESS["root"], HARNESS["tag"] = REPO, "now"
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=REPO, capture_output=True)
     if a.what in ("aa", "all"):
         out["aa"] = aa(a.repeats, extra, workdir)

@@ -74,8 +74,9 @@ units)
   units_
   ;;
 cpu-aa)
+  # items as they finish in $OUT/cpu-aa-partial/ (a call cut short by its limit keeps them)
   run timeout "${AA_TIMEOUT:-500}" python3 benchmarks/harness/bench_harness.py aa --repeats "${AA_REPEATS:-1}" \
-    --out "$OUT/cpu-aa.json" -- --problems=benchmarks/harness/short_calls --device=cpu
+    --partial "$OUT/cpu-aa-partial" --out "$OUT/cpu-aa.json" -- --problems=benchmarks/harness/short_calls --device=cpu
   tail -40 "$LOG"
   ;;
 smoke)

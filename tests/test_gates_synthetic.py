@@ -221,6 +221,11 @@ def test_idle_passes_a_sandbox_that_sleeps_between_requests():
 def test_idle_refuses_cpu_used_while_no_request_was_outstanding():
     refused = IdleGate().check(_ctx(_idle_ev(0.02)), "integrity")
     assert refused is not None and "no request to answer" in refused.reason
+    # the refusal names where the CPU went, when the watch recorded it
+    ev = _idle_ev(0.02)
+    ev.cpu["B"]["idle_top"] = [{"s": 0.009, "main_thread_s": 0.0001, "after": "timing (release)"}]
+    refused = IdleGate().check(_ctx(ev), "integrity")
+    assert refused is not None and "9.00 ms after timing (release) (main thread 0.10 ms)" in refused.reason
 
 
 def test_idle_leaves_out_one_interval_but_not_work_that_recurs():

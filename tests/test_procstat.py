@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_autotune.measure.procstat import CpuWatch, main_thread_on_cpu, wait_off_cpu
+from pytest_autotune.measure.procstat import CpuWatch, cpu_clocks, main_thread_on_cpu, wait_off_cpu
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -83,3 +83,50 @@ def test_cpu_of_a_request_is_booked_to_the_request_not_to_the_time_after_it(work
     assert acct.busy_s >= 40 * 0.004 * 0.9
     # idle CPU is left only where the child was still on a CPU (preempted, on a loaded machine) after the wait
     assert acct.idle_s <= 0.001 + 0.0011 * acct.unsettled_reads, (acct.idle_s, acct.busy_s, acct.unsettled_reads)
+
+
+#: answers at once; after "defer" a thread of its own spins 10 ms of CPU once the answer is out (deferred work)
+DEFERRING = r"""
+import sys, threading, time
+
+def spin(s):
+    end = time.thread_time() + s
+    while time.thread_time() < end:
+        pass
+
+def later():
+    time.sleep(0.02)
+    spin(0.010)
+
+for line in sys.stdin:
+    sys.stdout.write("done\n")
+    sys.stdout.flush()
+    if line.strip() == "defer":
+        threading.Thread(target=later).start()
+"""
+
+
+def test_the_largest_idle_intervals_name_the_request_they_followed_and_the_thread():
+    """An idle refusal says where the CPU went: each of the largest idle intervals keeps the request whose answer
+    opened it and how much of it ran on the main thread (docs/threat-model.md, the idle rule)."""
+    proc = subprocess.Popen([sys.executable, "-c", DEFERRING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, bufsize=1)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        watch = CpuWatch({"X": proc.pid})
+        for label in ("plain", "defer", "plain"):
+            watch.begin("X", label=label)
+            proc.stdin.write(label + "\n")
+            assert proc.stdout.readline() == "done\n"
+            watch.end("X")
+            if label == "defer":  # the deferred 10 ms land before the next request (however loaded the machine)
+                start, deadline = cpu_clocks(proc.pid), time.monotonic() + 30
+                while time.monotonic() < deadline and (cpu_clocks(proc.pid) or start)[0] - start[0] < 10_000_000:
+                    time.sleep(0.02)
+        top = watch.accounts["X"].idle_top
+        assert top and top[0]["after"] == "defer" and top[0]["s"] >= 0.010 * 0.9, top
+        assert top[0]["main_thread_s"] < top[0]["s"] / 2, top  # a thread of its own, not the main one
+        assert [e["s"] for e in top] == sorted((e["s"] for e in top), reverse=True) and len(top) <= 3
+    finally:
+        proc.kill()
+        proc.wait()

@@ -110,6 +110,13 @@ class CpuAccount:
     #: (SETTLE_LIMIT_S passed first). Mostly a preempted thread, whose clocks are exact; a thread still running
     #: after its answer for that long has up to a tick of its CPU shown as idle
     unsettled_reads: int = 0
+    #: the IDLE_TOP largest idle intervals, largest first: {"s", "main_thread_s", "after"} (the request whose answer
+    #: opened the interval). Diagnosis of an idle refusal: on the main thread after a request, the harness's or the
+    #: candidate's own work went on after the answer; on other threads, a runtime's or the candidate's threads
+    idle_top: list = field(default_factory=list)
+
+
+IDLE_TOP = 3
 
 
 @dataclass
@@ -121,6 +128,8 @@ class CpuWatch:
     _last: dict[str, Optional[tuple[int, int, int]]] = field(default_factory=dict)
     _busy: dict[str, bool] = field(default_factory=dict)
     _since: dict[str, Optional[tuple[int, int, int]]] = field(default_factory=dict)
+    _label: dict[str, str] = field(default_factory=dict)
+    _after: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, pid in self.pids.items():
@@ -149,16 +158,23 @@ class CpuWatch:
             else:
                 acct.idle_s += d[0] * 1e-9
                 acct.idle_max_s = max(acct.idle_max_s, d[0] * 1e-9)
+                if d[0] > 0 and (len(acct.idle_top) < IDLE_TOP or d[0] * 1e-9 > acct.idle_top[-1]["s"]):
+                    acct.idle_top.append({"s": d[0] * 1e-9, "main_thread_s": d[1] * 1e-9,
+                                          "after": self._after.get(name, "start")})
+                    acct.idle_top.sort(key=lambda e: -e["s"])
+                    del acct.idle_top[IDLE_TOP:]
                 if sampling is not None and sampling != name:
                     acct.during_other_samples_s += d[0] * 1e-9
             self._last[name] = now
         return deltas
 
-    def begin(self, *names: str) -> None:
+    def begin(self, *names: str, label: str = "") -> None:
+        """``label``: what the request is (kept with the idle interval that follows its answer)."""
         self.checkpoint()
         for n in names:
             self._busy[n] = True
             self._since[n] = self._last[n]
+            self._label[n] = label
 
     def end(self, name: str, sampling: Optional[str] = None) -> Optional[tuple[int, ...]]:
         """Close ``name``'s request; returns (process CPU, main-thread CPU, main-thread run-queue wait) ns since
@@ -167,6 +183,7 @@ class CpuWatch:
             self.accounts[name].unsettled_reads += 1
         self.checkpoint(sampling)
         self._busy[name] = False
+        self._after[name] = self._label.pop(name, "")
         start, now = self._since.pop(name, None), self._last[name]
         if start is None or now is None:
             return None

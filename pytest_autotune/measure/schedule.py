@@ -188,7 +188,7 @@ class _Driver:
         arms = list(msgs)
         if spread:
             self._pin(self.between_rounds_cpus())
-        self.watch.begin(*arms)
+        self.watch.begin(*arms, label=phase)
         for arm in arms:
             self.boxes[arm].send(msgs[arm], phase=phase)
             self.commands[arm] += 1
@@ -216,7 +216,7 @@ class _Driver:
         if want and got and got != want:
             raise TimingRefused(f"the {ARM_ROLES[arm]} sandbox runs on CPUs {sorted(got)}, not {sorted(want)}: it "
                                 "changed its CPU affinity (a quieter core is a speedup nobody else gets)", "integrity")
-        self.watch.begin(arm)
+        self.watch.begin(arm, label=f"{phase} sample")
         t0 = time.perf_counter_ns()
         reply = box.request({"cmd": "sample", "group": group}, phase=phase)
         t1 = time.perf_counter_ns()

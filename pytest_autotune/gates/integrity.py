@@ -137,7 +137,8 @@ class IdleGate(Gate):
                                "prepare_cpu_ratio": statistics.median(ratios) if ratios else None,
                                "prepare_cpu_extra_s": statistics.median(diffs) if diffs else None,
                                "release_cpu_s": _median_by_arm([r.release_cpu_s for r in ev.rounds]),
-                               "largest_intervals": {"B": cand.get("idle_top", []), "A": base.get("idle_top", [])}}
+                               "largest_intervals": {"B": cand.get("idle_top", []), "A": base.get("idle_top", [])},
+                               "unsettled_reads": {"B": cand.get("unsettled_reads"), "A": base.get("unsettled_reads")}}
         if recurrent > allowed:
             where = "; ".join(f"{e['s'] * 1e3:.2f} ms after {e['after'] or 'a request'} (main thread "
                               f"{e['main_thread_s'] * 1e3:.2f} ms)" for e in cand.get("idle_top", []))
@@ -145,7 +146,8 @@ class IdleGate(Gate):
                 "integrity", f"the candidate's sandbox used {cand['idle_s'] * 1e3:.2f} ms of CPU while it had no "
                 f"request to answer ({cand['during_other_samples_s'] * 1e3:.2f} ms of it while the baseline was "
                 f"timed; {recurrent * 1e3:.2f} ms without its largest interval, at most {allowed * 1e3:.2f} ms "
-                f"allowed; largest intervals: {where or 'not recorded'}): work ran outside the candidate's calls")
+                f"allowed; largest intervals: {where or 'not recorded'}; {cand.get('unsettled_reads', 0)} answers "
+                "after which its main thread was still on a CPU when read): work ran outside the candidate's calls")
         others = [r.prepare_other_cpu_s["B"] - r.prepare_other_cpu_s.get("A", 0.0) for r in ev.rounds
                   if r.prepare_other_cpu_s.get("B") is not None and r.prepare_other_cpu_s.get("A") is not None]
         ctx.evidence.idle["prepare_other_threads_extra_s"] = statistics.median(others) if others else None

@@ -172,3 +172,7 @@ def test_export_writes_a_loadable_report_and_refuses_unfinished_or_unknown_runs(
     assert stored.run_id == run.run_id and stored.protocol_sha256 == run.protocol_sha256
     assert stored.device_fingerprint == run.device_fingerprint and len(stored.items) == 3
     assert all(i.verdict == "accepted" and i.numbers is not None for i in stored.items.values())
+    # JSON is the only format, so it is also the default: --json may be left out
+    again = tmp_path / "again.json"
+    assert cli.main(["export", "latest", "--db", db, "-o", str(again)]) == 0
+    assert json.loads(again.read_text()) == report

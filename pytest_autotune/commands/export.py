@@ -1,4 +1,4 @@
-"""``autotune export RUN --json [-o PATH]``: a recorded run as a committable JSON report, with its protocol digest
+"""``autotune export RUN [--json] [-o PATH]``: a recorded run as a committable JSON report, with its protocol digest
 and device fingerprint, that ``pytest --autotune-compare=PATH`` reads (docs/ci.md)."""
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ def _run(args: argparse.Namespace) -> int:
     from ..store import ResultStore
     from .common import db_of
 
-    if not args.json:
-        print("autotune export: only --json is supported (a report for --autotune-compare)", file=sys.stderr)
-        return EXIT_USAGE
     db = db_of(args)
     if not db.exists():
         print(f"autotune export: no store at {db} (pass --db=PATH)", file=sys.stderr)
@@ -46,7 +43,8 @@ def _export(sub) -> None:
                                    "and device fingerprint. Commit it (e.g. benchmarks/baseline-cpu.json) and gate "
                                    "PRs with pytest --autotune --autotune-compare=PATH (docs/ci.md).")
     p.add_argument("run", metavar="RUN", help="run id, unique prefix (6+ characters) or 'latest'")
-    p.add_argument("--json", action="store_true", help="write JSON (the only format)")
+    p.add_argument("--json", action="store_true", help="write JSON: the only format, and the default (named for "
+                   "scripts that say what they expect)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="file to write (default: stdout)")
     p.add_argument("--device", default=None, metavar="NAME", help="with 'latest': the latest run on this device")
     db_arg(p)

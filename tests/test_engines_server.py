@@ -170,8 +170,11 @@ def test_no_server_survives_when_pytest_dies(tmp_path, fast_protocol):
                "PYTEST_AUTOTUNE_LOCK_DIR": str(base / "locks")}
         # SIGINT back to its default in the child: a suite started in the background inherits it ignored, and
         # Python then never turns it into KeyboardInterrupt (nor would pytest under a real Ctrl-C be backgrounded)
+        # without hypothesis's pytest plugin: it imports hypothesis in its terminal summary (~1.5-2.5 s here), on
+        # the SIGINT and SIGTERM sessions' way out, after their servers are stopped
         proc = subprocess.Popen([sys.executable, "-m", "pytest", "--autotune", "--autotune-exploratory", "-p",
-                                 "no:cacheprovider", "benchmarks/engines", f"--autotune-db={base / 'r.db'}"],
+                                 "no:cacheprovider", "-p", "no:hypothesispytest", "benchmarks/engines",
+                                 f"--autotune-db={base / 'r.db'}"],
                                 cwd=proj, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         runs[sig] = (base, esc, proc)

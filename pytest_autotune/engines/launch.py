@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from . import localhttp
 from .adapters.base import EngineAdapter, FlagSet, LaunchEvidence
 from .delivery import judge_delivery
 from .item import (
@@ -153,7 +154,7 @@ def scrape(adapter: EngineAdapter, server: EngineServer) -> MetricsSnapshot:
     import httpx
 
     try:
-        with httpx.Client(timeout=10.0, trust_env=False) as c:
+        with localhttp.client(timeout=10.0) as c:
             r = c.get(server.base_url + adapter.metrics_path)
         if r.status_code == 200:
             return parse_prometheus(r.text)

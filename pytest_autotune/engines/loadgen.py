@@ -26,6 +26,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import httpx
 
+from . import localhttp
+
 ProgressFn = Callable[[int, int, int, float], None]  # (done, total, errors, elapsed_s)
 
 
@@ -225,8 +227,8 @@ async def _one(client: httpx.AsyncClient, base_url: str, model: str, req: Reques
 
 def client(concurrency: int, timeout_s: float) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    # trust_env=False: a proxy from the environment must never sit between the load and a 127.0.0.1 server
-    return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits, trust_env=False)
+    # localhttp: no proxy from the environment between the load and a 127.0.0.1 server, one shared SSL context
+    return localhttp.async_client(timeout=httpx.Timeout(timeout_s, connect=10.0), limits=limits)
 
 
 async def run_requests(base_url: str, model: str, requests: Sequence[Request], *, concurrency: int,
@@ -274,7 +276,7 @@ class MetricsSampler:
     async def _run(self, stop: asyncio.Event) -> None:
         from .metrics import parse_prometheus
 
-        async with httpx.AsyncClient(timeout=5.0, trust_env=False) as c:
+        async with localhttp.async_client(timeout=5.0) as c:
             while not stop.is_set():
                 try:
                     r = await c.get(self.url)

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
-import httpx
-
+from pytest_autotune.engines import localhttp
 from pytest_autotune.engines.adapters.base import (
     EffectiveConfig,
     EngineAdapter,
@@ -44,7 +43,7 @@ class FakeAdapter(EngineAdapter):
         return [f"--{name}"] if value is True else super().render_flag(name, value)
 
     def effective_config(self, base_url: str, log_text: str, metrics: Any) -> EffectiveConfig:
-        with httpx.Client(timeout=5.0, trust_env=False) as c:
+        with localhttp.client(timeout=5.0) as c:
             props = c.get(base_url + "/props").json()
         values = {f"props.{k}": v for k, v in props.items()}
         return EffectiveConfig(values, str(props.get("version", "")), ("/props",))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
 import httpx
 
+from .. import localhttp
 from .base import EffectiveConfig, EngineAdapter, Finding, FlagSet, FlagValue, LaunchEvidence, values_equal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,7 +120,7 @@ class LlamaCppAdapter(EngineAdapter):
     def effective_config(self, base_url: str, log_text: str, metrics: "MetricsSnapshot") -> EffectiveConfig:
         values: dict[str, Any] = {}
         sources = []
-        with httpx.Client(timeout=10.0, trust_env=False) as c:
+        with localhttp.client(timeout=10.0) as c:
             props = c.get(base_url + "/props").json()
             sources.append("/props")
             slots: list = []

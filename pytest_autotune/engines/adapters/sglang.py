@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
+from .. import localhttp
 from .base import EffectiveConfig, EngineAdapter, Finding, FlagSet, FlagValue, LaunchEvidence, values_equal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,7 +111,7 @@ class SGLangAdapter(EngineAdapter):
     def effective_config(self, base_url: str, log_text: str, metrics: "MetricsSnapshot") -> EffectiveConfig:
         info: dict[str, Any] = {}
         source = ""
-        with httpx.Client(timeout=10.0, trust_env=False) as c:
+        with localhttp.client(timeout=10.0) as c:
             for path in ("/get_server_info", "/server_info"):
                 try:
                     r = c.get(base_url + path)

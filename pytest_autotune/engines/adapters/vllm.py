@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
+from .. import localhttp
 from .base import EffectiveConfig, EngineAdapter, Finding, FlagSet, FlagValue, LaunchEvidence, values_equal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,7 +120,7 @@ class VllmAdapter(EngineAdapter):
                     values[f"cache.{k}"] = v
         version = ""
         try:
-            with httpx.Client(timeout=5.0, trust_env=False) as c:
+            with localhttp.client(timeout=5.0) as c:
                 version = str(c.get(base_url + "/version").json().get("version", ""))
         except (httpx.HTTPError, ValueError):
             pass

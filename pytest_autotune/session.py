@@ -184,7 +184,7 @@ class AutotuneSession:
                 self.releases[(q["problem"], q["candidate_sha256"])] = int(rel["id"])
 
     def _load_origins(self) -> None:
-        """The held-out leg links each result to the result it retests (DESIGN: transfer ratio)."""
+        """The held-out leg links each result to the result it retests (docs/heldout.md: the transfer ratio)."""
         if self.framework != "mlx":
             return
         from .study.transfer import OriginIndex, origin_reports

@@ -39,7 +39,7 @@ def _raw(tmp_path, result_row: dict, table: str = "results") -> None:
 
 
 def test_engine_result_without_paired_seeds_cannot_enter_db(tmp_path):
-    """DESIGN §5's named regression test: an engine row with no paired seeds is refused by the database, whatever
+    """docs/schema.md's named regression test: an engine row with no paired seeds is refused by the database, whatever
     the path: no seeds at all, or seeds that the arms did not share."""
     run = make_run()
     # 1. no seeds at all (row and provenance agree on an empty list)

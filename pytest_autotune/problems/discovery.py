@@ -1,4 +1,4 @@
-"""Finding problems, candidates and baselines on disk (DESIGN §2, §7). Reads directory listings only: nothing
+"""Finding problems, candidates and baselines on disk (docs/architecture.md, "The flow"; docs/suite.md). Reads directory listings only: nothing
 here imports a candidate."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Reports: terminal summary table and the JSON report (DESIGN §6)."""
+"""Reports: terminal summary table and the JSON report (docs/report.md)."""

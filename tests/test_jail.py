@@ -52,7 +52,7 @@ BLOCKED_BY = {
                   r"PermissionError: \[Errno 13\] Permission denied)",
 }
 DISABLED = bool(os.environ.get("AUTOTUNE_JAIL_DISABLE"))
-MAX_PROCESSES = 64
+MAX_PROCESSES = 32
 #: an unprivileged identity for the user-namespace session (exists on every Debian/Ubuntu system)
 NOBODY = 65534
 
@@ -126,8 +126,10 @@ def _layout(root: Path, port: int, token: str, isolation: str) -> list[Path]:
         "probes.max_examples": "0", "probes.shape_examples": "0",
         "sandbox.max_processes": str(MAX_PROCESSES), "sandbox.isolation": f'"{isolation}"',
         "breaker.max_speedup": "1000.0", **_timing_gates_relaxed(),
-        # the jail is what is tested, not timing precision: each item is timed for its [timing].min_pairs and no more
-        "timing.item_budget_s": "0.05"}))
+        # the jail is what is tested, not timing precision or correctness: each item is timed for its
+        # [timing].min_pairs and no more, on two correctness seeds (every cheat attacks at import, before either)
+        "timing.item_budget_s": "0.05", "timing.min_pairs": "4", "timing.warmup_calls": "1",
+        "seeds.count": "2"}))
     return [root / "protocol.toml", *sorted((root / "problems").glob("*.py")), *sorted(cand.glob("*.py"))]
 
 

@@ -320,15 +320,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Kernel items will run in this process: start the sandboxes' zygote now, so that it imports torch and enters
-    its jail while the controller sets up the first item (not under ``--collect-only``, nor in an xdist controller,
-    whose workers run the items)."""
+    """The sandboxes' zygote was started at configure (:meth:`AutotuneSession.prestart_sandboxes`); with no kernel
+    item to run in this process, it goes now."""
     config = session.config
     s = config.stash.get(SESSION_KEY, None)
-    if s is None or config.option.collectonly or (not s.is_worker and config.pluginmanager.has_plugin("dsession")):
+    if s is None:
         return
-    if any(isinstance(item, KernelItem) for item in session.items):
-        s.prestart_sandboxes()
+    if not any(isinstance(item, KernelItem) for item in session.items):
+        s.drop_unused_sandboxes()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

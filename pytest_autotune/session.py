@@ -78,6 +78,8 @@ class AutotuneSession:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         self.recorder: Recorder
         self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/ci.md)
+        if self._runs_items_here():
+            self.prestart_sandboxes()  # before this process imports torch (the run record, collection): see there
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
@@ -290,13 +292,29 @@ class AutotuneSession:
             self._pool = make_pool(self.protocol, self.opts.device, self.opts.db, self.config)
         return self._pool
 
+    def _runs_items_here(self) -> bool:
+        """Whether this process may run items (not ``--collect-only``, ``--help``, ``--fixtures``, ``--markers``,
+        nor an xdist controller, whose workers run them)."""
+        opt = self.config.option
+        if any(getattr(opt, name, False) for name in ("collectonly", "help", "showfixtures", "markers")):
+            return False
+        return self.is_worker or getattr(opt, "dist", "no") == "no"
+
     def prestart_sandboxes(self) -> None:
-        """Kernel items were collected: launch the sandbox zygote now (:meth:`SandboxPool.prestart`). Whatever
-        goes wrong here is left for the first item's start, which raises it where it is reported."""
+        """Launch the sandbox zygote now (:meth:`SandboxPool.prestart`), at configure: it imports torch and enters
+        its jail while this process imports torch itself (the run record's device, the problem files) and
+        collects -- on two cores, side by side instead of one after the other. Whatever goes wrong here is left
+        for the first item's start, which raises it where it is reported."""
         try:
             self.sandbox_pool().prestart()
         except Exception:  # noqa: BLE001  (the same error comes back, reported, when the first sandbox starts)
             pass
+
+    def drop_unused_sandboxes(self) -> None:
+        """No kernel item was collected (an engine-only session, a selection that left none): the zygote started
+        at configure goes; the pool and its jail plan (every result's ``isolation``) stay."""
+        if self._pool is not None:
+            self._pool.drop_unused_zygote()
 
     def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
         verdict = self.studies.attach(self.flow().run(spec), spec)

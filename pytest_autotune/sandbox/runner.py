@@ -152,6 +152,13 @@ class SandboxPool:
         box.hello = box.request(init, timeout=self.start_timeout_s + self.timeout_s, phase="load")
         return box
 
+    def drop_unused_zygote(self) -> None:
+        """The zygote goes if no sandbox was started from it (a session with no kernel item to run); the pool, its
+        jail plan and its cgroups stay, and a later :meth:`start` launches a new zygote."""
+        if self._zygote is not None and self._count == 0:
+            self._zygote.close()
+            self._zygote = None
+
     def close(self) -> None:
         if self._zygote is not None:
             self._zygote.close()

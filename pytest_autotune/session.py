@@ -78,8 +78,9 @@ class AutotuneSession:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         self.recorder: Recorder
         self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/ci.md)
-        if self._runs_items_here():
-            self.prestart_sandboxes()  # before this process imports torch (the run record, collection): see there
+        early = self._runs_items_here()
+        if early and (self.is_worker or not self.opts.measuring):
+            self.prestart_sandboxes()  # before this process imports torch (collection): see there
         if self.is_worker:
             wi = config.workerinput[WORKER_INPUT_KEY]  # type: ignore[attr-defined]
             self.nonce = bytes.fromhex(wi["nonce"])
@@ -91,7 +92,7 @@ class AutotuneSession:
             self.nonce = new_nonce()
             self.run_id = uuid.uuid4().hex
             if self.opts.measuring:
-                self._open_store()
+                self._open_store(prestart=early)
             self.recorder = ControllerRecorder(store=self.store, run=self.run, nonce=self.nonce, studies=self.studies,
                                                remeasure=self.remeasure, written=self._written)
 
@@ -165,11 +166,13 @@ class AutotuneSession:
             return {"cache_flush_factor": self.protocol.devices.cpu.cache_flush_factor}
         return {}
 
-    def _open_store(self) -> None:
+    def _open_store(self, prestart: bool = False) -> None:
         from .store import ResultStore
 
         assert self.opts.db is not None
         self.store = ResultStore.open(self.opts.db)
+        if prestart:  # once the store exists, which the jail then hides (hidden_paths); before the run record
+            self.prestart_sandboxes()
         self.store.register_protocol(self.protocol, frozen=self.freeze.frozen)
         self.run = self._run_record()
         # origins are read before this run begins: every results row it can link to then belongs to a run that

@@ -13,17 +13,20 @@ from pytest_autotune.measure.procstat import CpuWatch, cpu_clocks, main_thread_o
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-#: a child that answers each request line after ~3 ms of CPU, runs ~1 ms more (a sandbox's lines between its
-#: answer and its next read, made long enough that the controller reads the clocks during them), then blocks
-#: reading the next line
-WORKER = r"""
-import sys, time
+#: the children's imports, and ``spin(s)``: the calling thread uses ``s`` seconds of its own CPU, however loaded
+SPIN = r"""
+import sys, threading, time
 
 def spin(s):
     end = time.thread_time() + s
     while time.thread_time() < end:
         pass
+"""
 
+#: a child that answers each request line after ~3 ms of CPU, runs ~1 ms more (a sandbox's lines between its
+#: answer and its next read, made long enough that the controller reads the clocks during them), then blocks
+#: reading the next line
+WORKER = SPIN + r"""
 for line in sys.stdin:
     spin(0.003)
     sys.stdout.write("done\n")
@@ -86,14 +89,7 @@ def test_cpu_of_a_request_is_booked_to_the_request_not_to_the_time_after_it(work
 
 
 #: answers at once; after "defer" a thread of its own spins 10 ms of CPU once the answer is out (deferred work)
-DEFERRING = r"""
-import sys, threading, time
-
-def spin(s):
-    end = time.thread_time() + s
-    while time.thread_time() < end:
-        pass
-
+DEFERRING = SPIN + r"""
 def later():
     time.sleep(0.02)
     spin(0.010)

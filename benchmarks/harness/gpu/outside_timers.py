@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -121,6 +122,18 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             c1 = _do_bench(pair.call("cand"))
             c2 = _do_bench(pair.call("cand"))
             b2 = _do_bench(pair.call("base"))
+            pinned = None
+            if args.pin_main:  # the main thread on the CPU the harness times on, the runtime's threads left free
+                free = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {max(free)})
+                try:
+                    pb1 = _do_bench(pair.call("base"))
+                    pc1 = _do_bench(pair.call("cand"))
+                    pc2 = _do_bench(pair.call("cand"))
+                    pb2 = _do_bench(pair.call("base"))
+                finally:
+                    os.sched_setaffinity(0, free)
+                pinned = (pb1 + pb2) / (pc1 + pc2)
             rot = None
             if args.rotate > 1:
                 rb1 = _do_bench(pair.call("base", args.rotate))
@@ -144,9 +157,10 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
                                                                             "cand": it.get("candidate_s")},
             "abs_log_ratio": abs(math.log(ours / db)), "seconds": round(time.perf_counter() - t0, 2),
             "dobench_rot": rot, "abs_log_ratio_rot": abs(math.log(ours / rot)) if rot else None,
+            "dobench_pinned": pinned, "abs_log_ratio_pinned": abs(math.log(ours / pinned)) if pinned else None,
         })
         print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}  "
-              f"rotating {rot or 0:6.3f}", flush=True)
+              f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}", flush=True)
     good = [r for r in rows if "error" not in r]
     return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
             "rows": rows,
@@ -240,6 +254,9 @@ def main(argv: list[str]) -> int:
     d = sub.add_parser("dobench")
     d.add_argument("--report", required=True)
     d.add_argument("--rotate", type=int, default=0, help="also time every rep on the next of N input sets")
+    d.add_argument("--pin-main", action="store_true",
+                   help="also time each pair with the main thread on the harness's sample CPU (the last allowed "
+                        "CPU, [timing].pin): launch-bound pairs read differently by CPU (launch_probe.py)")
     d.add_argument("--out", required=True)
     n = sub.add_parser("naive")
     n.add_argument("--problems", required=True)

@@ -6,6 +6,8 @@
 #   bash benchmarks/harness/gpu/run_h200.sh units      # the CUDA unit tests alone (IPC, device, outputs by handle)
 #   bash benchmarks/harness/gpu/run_h200.sh cpu-aa     # the CPU A/A benchmark on the short-call problems (the host's
 #                                                      #   quiet CPUs, against this project's 2-vCPU CI machine)
+#   bash benchmarks/harness/gpu/run_h200.sh cpu-layout # ~1.5 min: where a CPU A/A's per-process offset comes from
+#                                                      #   (cpu_layout_probe.py, 4 MiB and 1 MiB buffers)
 #   bash benchmarks/harness/gpu/run_h200.sh full       # the bundled suite + the two A/A yardsticks in ONE pytest
 #                                                      #   call (run1.json), then triton do_bench on every accepted pair
 #   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement,
@@ -79,6 +81,13 @@ cpu-aa)
     --partial "$OUT/cpu-aa-partial" --out "$OUT/cpu-aa.json" -- --problems=benchmarks/harness/short_calls --device=cpu
   tail -40 "$LOG"
   ;;
+cpu-layout)
+  for mib in 4 1; do
+    run timeout 200 python3 benchmarks/harness/cpu_layout_probe.py --processes "${LAYOUT_PROCESSES:-6}" --layouts 8 \
+      --seconds 0.03 --mib "$mib" --out "$OUT/cpu-layout-${mib}mib.json"
+    tail -6 "$LOG"
+  done
+  ;;
 smoke)
   units_
   run timeout 300 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
@@ -90,7 +99,7 @@ smoke)
   ;;
 full)
   suite run1
-  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate "${ROTATE:-0}" \
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate "${ROTATE:-0}" --pin-main \
     --report "$OUT/run1.json" --out "$OUT/dobench.json"
   python3 "$HERE/summarize.py" "$OUT" run1 2>>"$LOG"
   ;;
@@ -125,7 +134,7 @@ xdist)
 remeasure)
   suite run2
   # do_bench again in this session (the launch-bound references move between sessions: compare like with like)
-  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 \
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 --pin-main \
     --report "$OUT/run2.json" --out "$OUT/dobench-run2.json"
   python3 "$HERE/summarize.py" "$OUT" run2 2>>"$LOG"
   run timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
@@ -133,6 +142,6 @@ remeasure)
   grep -E "passed|failed|error" "$LOG" | tail -2
   ;;
 *)
-  echo "unknown mode $MODE (units | cpu-aa | smoke | full | remeasure | aa-spread | xdist)" >&2; exit 2 ;;
+  echo "unknown mode $MODE (units | cpu-aa | cpu-layout | smoke | full | remeasure | aa-spread | xdist)" >&2; exit 2 ;;
 esac
 say "total $(( $(date +%s) - T0 )) s"

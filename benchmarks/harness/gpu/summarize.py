@@ -61,7 +61,8 @@ def _fmt(x: Optional[float], nd: int = 3) -> str:
 def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, Any]:
     run1 = _report(out, name1)
     run2 = _report(out, name2)
-    db = _load(out / "dobench.json") or {}
+    # do_bench of this run's own pairs: dobench-<name>.json (remeasure), else dobench.json (full, run 1)
+    db = _load(out / f"dobench-{name1}.json") or (_load(out / "dobench.json") if name1 == "run1" else None) or {}
     naive = _load(out / "naive.json") or {}
     mode = _load(out / "mode.json") or {}
     s: dict[str, Any] = {"device": ((run1 or {}).get("run") or {}).get("device_fingerprint"),
@@ -90,6 +91,7 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
         if nid in dbrows:
             row["dobench"] = dbrows[nid]["dobench"]
             row["dobench_rot"] = dbrows[nid].get("dobench_rot")
+            row["dobench_pinned"] = dbrows[nid].get("dobench_pinned")
         suite.append(row)
     s["suite"] = suite
     times = [(it.get("details") or {}).get("item_seconds") for it in i1.values()]
@@ -151,6 +153,11 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
                                                           if r.get("abs_log_ratio_rot") is not None)
             if any(r.get("abs_log_ratio_rot") is not None for r in cand) else None,
             "aa": {r["problem"]: r["dobench"] for r in good if r.get("candidate") == "reference-aa"},
+            # do_bench with its main thread on the harness's sample CPU (--pin-main): the same CPU for both timers
+            "within_bar_pinned": sum(1 for r in cand if (r.get("abs_log_ratio_pinned") or 9) <= math.log1p(DOBENCH_BAR)),
+            "median_abs_log_ratio_pinned": statistics.median(r["abs_log_ratio_pinned"] for r in cand
+                                                             if r.get("abs_log_ratio_pinned") is not None)
+            if any(r.get("abs_log_ratio_pinned") is not None for r in cand) else None,
         }
 
     # xdist multi-GPU check
@@ -183,8 +190,8 @@ def render(s: dict[str, Any]) -> str:
                      f"{smi.get('clocks.max.sm')} mem {smi.get('clocks.max.mem')}")
     lines.append("")
     lines.append("| problem | candidate | baseline | verdict | speedup [95% CI] | pairs | k | item s | duty | "
-                 "re-measure | do_bench | do_bench rotating |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 "re-measure | do_bench | do_bench rotating | do_bench pinned |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.get("suite", []):
         ci = r.get("ci") or [None, None]
         sp = f"{_fmt(r.get('speedup'))} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if r.get("speedup") else "-"
@@ -192,7 +199,7 @@ def render(s: dict[str, Any]) -> str:
         lines.append(f"| {r['problem']} | {r['candidate']} | {r.get('baseline') or '-'} | {verdict} | {sp} | "
                      f"{r.get('n_pairs') or '-'} | {r.get('calls_per_sample') or '-'} | {_fmt(r.get('item_seconds'), 1)} | "
                      f"{_fmt(r.get('duty_cycle'), 2)} | {_fmt(r.get('speedup2'))} | {_fmt(r.get('dobench'))} | "
-                     f"{_fmt(r.get('dobench_rot'))} |")
+                     f"{_fmt(r.get('dobench_rot'))} | {_fmt(r.get('dobench_pinned'))} |")
         if r["verdict"] != "accepted":
             lines.append(f"|  | {r['reason'][:180]} |")
     lines.append("")
@@ -229,7 +236,9 @@ def render(s: dict[str, Any]) -> str:
                      f"{_fmt(d['median_abs_log_ratio'], 4)}, max {_fmt(d['max_abs_log_ratio'], 4)}; within "
                      f"{100 * d['bar']:g}%: {d['within_bar']}; rotating inputs: median |log| "
                      f"{_fmt(d.get('median_abs_log_ratio_rot'), 4)}, within {100 * d['bar']:g}%: "
-                     f"{d.get('within_bar_rot')}; errors: {len(d['errors'])}")
+                     f"{d.get('within_bar_rot')}; main thread on the sample CPU: median |log| "
+                     f"{_fmt(d.get('median_abs_log_ratio_pinned'), 4)}, within {100 * d['bar']:g}%: "
+                     f"{d.get('within_bar_pinned')}; errors: {len(d['errors'])}")
     for name, m in (s.get("mode") or {}).items():
         lines.append(f"timing mode {name}: {m.get('mode')} (k={m.get('calls_per_sample')}, "
                      f"{(m.get('per_call_s') or 0) * 1e6:.2f} us/call; {m.get('reason')})")

@@ -7,7 +7,8 @@
 ``dobench``: every accepted pair of a JSON report (candidate and the baseline it was measured against, A/A items
 included) timed with ``triton.testing.do_bench`` (median of its reps, its own L2 flush before each rep, one
 fixed input set as do_bench is normally used), in the order base, cand, cand, base; speedup = (base1 + base2) /
-(cand1 + cand2). ``--rotate N`` also times each pair the way the harness feeds calls: every rep on the next of N
+(cand1 + cand2). ``--pin-main`` also times each pair with the main thread on the harness's sample CPU, ``--synced`` with the
+host waiting for do_bench's L2 flush before it launches the call (no head start for launch-bound code). ``--rotate N`` also times each pair the way the harness feeds calls: every rep on the next of N
 input sets (fresh memory each call, as pytest-autotune's distinct inputs per call), reported as ``dobench_rot``. ``naive``: the way many benchmarks read an A/A: time A (events around N back-to-back calls on
 one input, no flush), then time A again (a second instance), speedup = first / second; repeated ``--trials``
 times. ``mode``: which timing mode the CUDA device picks for each problem and what it reads per call.
@@ -105,6 +106,36 @@ def _do_bench(fn: Callable[[], Any]) -> float:
     return statistics.median(ts)
 
 
+def _synced_bench(fn: Callable[[], Any]) -> float:
+    """Seconds per call as do_bench times it (median over ~100 ms of reps, a 256 MB L2 flush before each rep),
+    except that the host waits for the flush before it launches the call: do_bench records its start event behind
+    the flush while the host already queues the call's launches, so a launch-bound call gets a head start the
+    length of the flush. Here every launch is issued to an idle GPU, as in the harness's first call of a sample."""
+    if not CUDA:
+        return _do_bench(fn)
+    cache = torch.empty(256 << 20, dtype=torch.int8, device=DEVICE)
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        cache.zero_()
+        fn()
+    torch.cuda.synchronize()
+    reps = max(5, min(1000, int(0.1 / max((time.perf_counter() - t0) / 5, 1e-6))))
+    times = []
+    for _ in range(reps):
+        cache.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    return statistics.median(times)
+
+
 def _problem_path(nodeid: str) -> Path:
     return REPO / nodeid.split("::", 1)[0]
 
@@ -134,6 +165,13 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
                 finally:
                     os.sched_setaffinity(0, free)
                 pinned = (pb1 + pb2) / (pc1 + pc2)
+            synced = None
+            if args.synced:
+                sb1 = _synced_bench(pair.call("base"))
+                sc1 = _synced_bench(pair.call("cand"))
+                sc2 = _synced_bench(pair.call("cand"))
+                sb2 = _synced_bench(pair.call("base"))
+                synced = (sb1 + sb2) / (sc1 + sc2)
             rot = None
             if args.rotate > 1:
                 rb1 = _do_bench(pair.call("base", args.rotate))
@@ -158,9 +196,11 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             "abs_log_ratio": abs(math.log(ours / db)), "seconds": round(time.perf_counter() - t0, 2),
             "dobench_rot": rot, "abs_log_ratio_rot": abs(math.log(ours / rot)) if rot else None,
             "dobench_pinned": pinned, "abs_log_ratio_pinned": abs(math.log(ours / pinned)) if pinned else None,
+            "dobench_synced": synced, "abs_log_ratio_synced": abs(math.log(ours / synced)) if synced else None,
+            "synced_s": {"base": [sb1, sb2], "cand": [sc1, sc2]} if synced else None,
         })
         print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}  "
-              f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}", flush=True)
+              f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}", flush=True)
     good = [r for r in rows if "error" not in r]
     return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
             "rows": rows,
@@ -257,6 +297,9 @@ def main(argv: list[str]) -> int:
     d.add_argument("--pin-main", action="store_true",
                    help="also time each pair with the main thread on the harness's sample CPU (the last allowed "
                         "CPU, [timing].pin): launch-bound pairs read differently by CPU (launch_probe.py)")
+    d.add_argument("--synced", action="store_true",
+                   help="also time each pair as do_bench does but with the host waiting for the L2 flush before it "
+                        "launches the call (_synced_bench): shows whether a gap is do_bench's launch head start")
     d.add_argument("--out", required=True)
     n = sub.add_parser("naive")
     n.add_argument("--problems", required=True)

@@ -99,7 +99,7 @@ smoke)
   ;;
 full)
   suite run1
-  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate "${ROTATE:-0}" --pin-main \
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate "${ROTATE:-0}" --pin-main --synced \
     --report "$OUT/run1.json" --out "$OUT/dobench.json"
   python3 "$HERE/summarize.py" "$OUT" run1 2>>"$LOG"
   ;;
@@ -134,7 +134,7 @@ xdist)
 remeasure)
   suite run2
   # do_bench again in this session (the launch-bound references move between sessions: compare like with like)
-  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 --pin-main \
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 --pin-main --synced \
     --report "$OUT/run2.json" --out "$OUT/dobench-run2.json"
   python3 "$HERE/summarize.py" "$OUT" run2 2>>"$LOG"
   run timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \

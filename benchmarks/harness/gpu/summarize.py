@@ -92,6 +92,7 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
             row["dobench"] = dbrows[nid]["dobench"]
             row["dobench_rot"] = dbrows[nid].get("dobench_rot")
             row["dobench_pinned"] = dbrows[nid].get("dobench_pinned")
+            row["dobench_synced"] = dbrows[nid].get("dobench_synced")
         suite.append(row)
     s["suite"] = suite
     times = [(it.get("details") or {}).get("item_seconds") for it in i1.values()]
@@ -158,6 +159,11 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
             "median_abs_log_ratio_pinned": statistics.median(r["abs_log_ratio_pinned"] for r in cand
                                                              if r.get("abs_log_ratio_pinned") is not None)
             if any(r.get("abs_log_ratio_pinned") is not None for r in cand) else None,
+            # the host waits for the flush before launching (no head start for launch-bound calls): --synced
+            "within_bar_synced": sum(1 for r in cand if (r.get("abs_log_ratio_synced") or 9) <= math.log1p(DOBENCH_BAR)),
+            "median_abs_log_ratio_synced": statistics.median(r["abs_log_ratio_synced"] for r in cand
+                                                             if r.get("abs_log_ratio_synced") is not None)
+            if any(r.get("abs_log_ratio_synced") is not None for r in cand) else None,
         }
 
     # xdist multi-GPU check
@@ -190,8 +196,8 @@ def render(s: dict[str, Any]) -> str:
                      f"{smi.get('clocks.max.sm')} mem {smi.get('clocks.max.mem')}")
     lines.append("")
     lines.append("| problem | candidate | baseline | verdict | speedup [95% CI] | pairs | k | item s | duty | "
-                 "re-measure | do_bench | do_bench rotating | do_bench pinned |")
-    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 "re-measure | do_bench | do_bench rotating | do_bench pinned | flush waited |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in s.get("suite", []):
         ci = r.get("ci") or [None, None]
         sp = f"{_fmt(r.get('speedup'))} [{_fmt(ci[0])}, {_fmt(ci[1])}]" if r.get("speedup") else "-"
@@ -199,7 +205,7 @@ def render(s: dict[str, Any]) -> str:
         lines.append(f"| {r['problem']} | {r['candidate']} | {r.get('baseline') or '-'} | {verdict} | {sp} | "
                      f"{r.get('n_pairs') or '-'} | {r.get('calls_per_sample') or '-'} | {_fmt(r.get('item_seconds'), 1)} | "
                      f"{_fmt(r.get('duty_cycle'), 2)} | {_fmt(r.get('speedup2'))} | {_fmt(r.get('dobench'))} | "
-                     f"{_fmt(r.get('dobench_rot'))} | {_fmt(r.get('dobench_pinned'))} |")
+                     f"{_fmt(r.get('dobench_rot'))} | {_fmt(r.get('dobench_pinned'))} | {_fmt(r.get('dobench_synced'))} |")
         if r["verdict"] != "accepted":
             lines.append(f"|  | {r['reason'][:180]} |")
     lines.append("")
@@ -238,7 +244,9 @@ def render(s: dict[str, Any]) -> str:
                      f"{_fmt(d.get('median_abs_log_ratio_rot'), 4)}, within {100 * d['bar']:g}%: "
                      f"{d.get('within_bar_rot')}; main thread on the sample CPU: median |log| "
                      f"{_fmt(d.get('median_abs_log_ratio_pinned'), 4)}, within {100 * d['bar']:g}%: "
-                     f"{d.get('within_bar_pinned')}; errors: {len(d['errors'])}")
+                     f"{d.get('within_bar_pinned')}; flush waited for: median |log| "
+                     f"{_fmt(d.get('median_abs_log_ratio_synced'), 4)}, within {100 * d['bar']:g}%: "
+                     f"{d.get('within_bar_synced')}; errors: {len(d['errors'])}")
     for name, m in (s.get("mode") or {}).items():
         lines.append(f"timing mode {name}: {m.get('mode')} (k={m.get('calls_per_sample')}, "
                      f"{(m.get('per_call_s') or 0) * 1e6:.2f} us/call; {m.get('reason')})")

@@ -87,7 +87,7 @@ def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
     if not ev.ci_target_met:
         item.ctx.warnings.append(
             f"CI target not reached: the 95% CI is {est.rel_width:.1%} of the speedup wide after "
-            f"{est.n_pairs} pairs, target {plan.ci_target_rel_width:.0%} ({ev.stop_reason})")
+            f"{est.n_pairs} pairs, target {plan.ci_target_rel_width:.1%} ({ev.stop_reason})")
     return Measurement(
         n_pairs=est.n_pairs, candidate_s=est.candidate_s, baseline_s=est.baseline_s, speedup=est.speedup,
         ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,

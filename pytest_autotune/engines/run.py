@@ -144,7 +144,7 @@ class EngineRunner:
             warnings.append(f"CI target not reached: the 95% CI is "
                             f"{(measurement.ci_high - measurement.ci_low) / measurement.speedup:.1%} of the ratio wide "
                             f"after {measurement.n_pairs} window pairs in {p.engines.launch_pairs} launch pair(s) "
-                            f"(target {p.statistics.ci_target_rel_width:.0%}); engine items measure a fixed number "
+                            f"(target {p.statistics.ci_target_rel_width:.1%}); engine items measure a fixed number "
                             "of windows ([engines] of the protocol)")
         details["item_seconds"] = round(time.perf_counter() - t_item, 1)
         prov = self._provenance(ctx, facts, measurement)

@@ -153,7 +153,7 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             c1 = _do_bench(pair.call("cand"))
             c2 = _do_bench(pair.call("cand"))
             b2 = _do_bench(pair.call("base"))
-            pinned = None
+            pinned = pinned_synced = None
             if args.pin_main:  # the main thread on the CPU the harness times on, the runtime's threads left free
                 free = os.sched_getaffinity(0)
                 os.sched_setaffinity(0, {max(free)})
@@ -162,6 +162,12 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
                     pc1 = _do_bench(pair.call("cand"))
                     pc2 = _do_bench(pair.call("cand"))
                     pb2 = _do_bench(pair.call("base"))
+                    if args.synced:  # both: the harness's CPU and no launch head start
+                        qb1 = _synced_bench(pair.call("base"))
+                        qc1 = _synced_bench(pair.call("cand"))
+                        qc2 = _synced_bench(pair.call("cand"))
+                        qb2 = _synced_bench(pair.call("base"))
+                        pinned_synced = (qb1 + qb2) / (qc1 + qc2)
                 finally:
                     os.sched_setaffinity(0, free)
                 pinned = (pb1 + pb2) / (pc1 + pc2)
@@ -198,9 +204,12 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             "dobench_pinned": pinned, "abs_log_ratio_pinned": abs(math.log(ours / pinned)) if pinned else None,
             "dobench_synced": synced, "abs_log_ratio_synced": abs(math.log(ours / synced)) if synced else None,
             "synced_s": {"base": [sb1, sb2], "cand": [sc1, sc2]} if synced else None,
+            "dobench_pinned_synced": pinned_synced,
+            "abs_log_ratio_pinned_synced": abs(math.log(ours / pinned_synced)) if pinned_synced else None,
         })
         print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}  "
-              f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}", flush=True)
+              f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}  "
+              f"pinned+synced {pinned_synced or 0:6.3f}", flush=True)
     good = [r for r in rows if "error" not in r]
     return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
             "rows": rows,

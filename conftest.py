@@ -6,14 +6,30 @@
 - the ``gpu`` marker (declared in pyproject.toml): an item so marked is skipped, with the reason, where torch sees
   no CUDA device -- CI has none; the same items run on a GPU host (benchmarks/harness/gpu/run_h200.sh).
   torch is imported only when such an item was collected, so ``pytest --help`` stays light.
+- the ``real_engine`` marker: an item that launches a real serving engine (vLLM's CPU build: three processes that
+  each import vLLM, ~50 s a launch on 2 cores) is skipped, with the reason, unless
+  ``PYTEST_AUTOTUNE_REAL_ENGINES=1``. The README's test command stays the project's test suite; CI runs these items
+  in a step of their own after it, with the engine installed and required (``.ci/run``, docs/engines.md "CI").
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+#: set to 1 to run the items marked ``real_engine`` (CI's engine step does)
+REAL_ENGINES_ENV = "PYTEST_AUTOTUNE_REAL_ENGINES"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(REAL_ENGINES_ENV) != "1":
+        skip_engine = pytest.mark.skip(reason=f"launches a real serving engine: run it with {REAL_ENGINES_ENV}=1 "
+                                              "(CI's engine step, .ci/run) and the engine installed "
+                                              "(autotune engine install vllm)")
+        for item in items:
+            if item.get_closest_marker("real_engine") is not None:
+                item.add_marker(skip_engine)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -2,9 +2,11 @@
 against ``--max-num-seqs 4`` on 16 requests in flight, which reads lower (4 sequences per step instead of
 16). Two launches of vLLM (~35-90 s each on 2 cores), one server at a time, stopped by the plugin.
 
-Needs vLLM installed in the engine cache (``autotune engine install vllm``; ``.ci/run`` does it). Without it the
-test is skipped, unless ``PYTEST_AUTOTUNE_REQUIRE_ENGINES=1`` (set by ``.ci/run``), which makes a missing engine
-a failure: CI must not pass by skipping its only real engine measurement.
+Marked ``real_engine``: it runs only with ``PYTEST_AUTOTUNE_REAL_ENGINES=1`` (the root conftest.py), in CI's engine
+step after the test suite (``.ci/run``), so that the README's test command stays a ~10 minute suite. It needs
+vLLM installed in the engine cache (``autotune engine install vllm``; ``.ci/run`` does it). Without it the test
+is skipped, unless ``PYTEST_AUTOTUNE_REQUIRE_ENGINES=1`` (set by ``.ci/run``), which makes a missing engine a
+failure: CI must not pass by skipping its only real engine measurement.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).parent / "engine_fakes"))
 from support import processes_matching  # noqa: E402
 
 httpx.Client(trust_env=False).close()
+
+pytestmark = pytest.mark.real_engine
 
 DECLARATION = """
 engine = "vllm"

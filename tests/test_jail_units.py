@@ -236,3 +236,76 @@ def _comm_alive(comm: str) -> bool:
             except OSError:
                 pass
     return False
+
+
+def test_a_timeout_at_the_cgroups_memory_limit_is_reported_as_memory(tmp_path) -> None:
+    """A sandbox that reaches its cgroup's memory limit can crawl there (the kernel reclaims its own pages) until
+    the timeout: the refusal names the memory limit, the fix the user needs, not the clock."""
+    from types import SimpleNamespace
+
+    from pytest_autotune.sandbox.processes import SandboxFailure
+    from pytest_autotune.sandbox.runner import Sandbox
+    from pytest_autotune.sandbox.wire import WireTimeout
+
+    class Chan:
+        def send(self, msg) -> None:
+            pass
+
+        def recv(self, timeout=None, watchdog=None):
+            raise WireTimeout("no answer from the sandbox in time")
+
+    class Cgroup:
+        def __init__(self, reached: bool) -> None:
+            self.reached = reached
+
+        def limit_reached(self) -> bool:
+            return self.reached
+
+    killed = []
+    handle = SimpleNamespace(pid=os.getpid(), kill=lambda: killed.append(True))
+    pool = SimpleNamespace(timeout_s=6.0, memory_bytes=768 << 20)
+    log = tmp_path / "sandbox.log"
+    log.write_text("")
+    for reached, kind in ((True, "memory"), (False, "timeout")):
+        box = Sandbox(Chan(), handle, log, pool, cgroup=Cgroup(reached))  # type: ignore[arg-type]
+        with pytest.raises(SandboxFailure) as err:
+            box.receive(phase="correctness")
+        assert err.value.kind == kind, str(err.value)
+        assert ("768 MiB" in str(err.value)) == reached and "correctness" in str(err.value)
+    assert killed == [True, True]
+
+
+@linux_only
+def test_the_cgroup_reports_its_memory_limit_reached() -> None:
+    """``limit_reached`` (what a timeout is attributed to) and ``oom_killed`` (what a crash is attributed to) read
+    the kernel's own counts: false for a process that stays under the limit, true once one went over it and was
+    killed for it."""
+    from pytest_autotune.sandbox.cgroups import CgroupSession, CgroupUnavailable
+
+    try:
+        session = CgroupSession.open(64 << 20, 16)
+    except (CgroupUnavailable, OSError) as e:
+        pytest.skip(f"no writable cgroup here: {e}")
+    try:
+        for size, reached in ((8 << 20, False), (256 << 20, True)):
+            group = session.create()
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # waits until it is in the group, then writes `size` bytes of fresh memory
+                os.close(w)
+                os.read(r, 1)
+                block = bytearray(size)
+                for i in range(0, size, 4096):
+                    block[i] = 1
+                os._exit(0)
+            os.close(r)
+            group.add(pid)
+            os.write(w, b"x")
+            os.close(w)
+            os.waitpid(pid, 0)
+            assert group.limit_reached() == reached, (size, reached)
+            assert group.oom_killed() == reached, (size, reached)  # what a crash is attributed to
+            group.kill()
+            group.remove()
+    finally:
+        session.close()

@@ -261,6 +261,14 @@ class Sandbox:
             reply = self.chan.recv(timeout=timeout, watchdog=self._watchdog)
         except WireTimeout:
             self.handle.kill()
+            if self.cgroup is not None and self.cgroup.limit_reached():
+                # the memory limit, not the clock, is what stopped it: at its cgroup's limit the kernel reclaims
+                # the sandbox's own pages and it crawls until the timeout (seen on a VM whose fresh pages fault
+                # slowly: 1.5 GB took over 6 s)
+                raise SandboxFailure(
+                    "memory", f"no answer within {timeout:.0f} s during {phase}, with the sandbox at the protocol's "
+                    f"limit of {self.pool.memory_bytes / 2**20:.0f} MiB ([sandbox].memory_mb, its cgroup's memory "
+                    "limit); it was killed", tail(self.log)) from None
             raise SandboxFailure(
                 "timeout", f"no answer within {timeout:.0f} s during {phase} "
                 "([sandbox].timeout_s); the sandbox was killed", tail(self.log)) from None

@@ -280,6 +280,8 @@ def test_the_cgroup_reports_its_memory_limit_reached() -> None:
     """``limit_reached`` (what a timeout is attributed to) and ``oom_killed`` (what a crash is attributed to) read
     the kernel's own counts: false for a process that stays under the limit, true once one went over it and was
     killed for it."""
+    import gc
+
     from pytest_autotune.sandbox.cgroups import CgroupSession, CgroupUnavailable
 
     try:
@@ -292,6 +294,7 @@ def test_the_cgroup_reports_its_memory_limit_reached() -> None:
             r, w = os.pipe()
             pid = os.fork()
             if pid == 0:  # waits until it is in the group, then writes `size` bytes of fresh memory
+                gc.disable()  # a collection would copy the parent's heap into the child, charged to its cgroup
                 os.close(w)
                 os.read(r, 1)
                 block = bytearray(size)

@@ -216,12 +216,13 @@ SESSION_PROTOCOL = {
     # sample still timed by the controller (docs/harness.md, "suite-time-4")
     "main": {"timing.min_sample_s": "0.002", "timing.min_pairs": "16", "timing.max_calls_per_sample": "16"},
     # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit
-    # the memory limit is reached in three 256 MiB allocations (a sandbox with torch is ~250 MB resident), well
-    # inside the timeout: with 1536 MiB (six allocations) it took 1.0-1.3 s under load on 2 vCPUs, until this VM
-    # began faulting fresh memory in slowly past ~1 GB (blocks 5 and 6: 1.2-1.3 s each alone), and the 6 s
-    # timeout came first in two CI runs of 2026-12-02; the hang waits the whole timeout
+    # the memory limit: 384 MiB, above the honest sandboxes here (at most ~245 MiB resident, torch included) and
+    # ~140 MiB of fresh memory away for the OOM cheat. This VM faults fresh memory in slowly and unevenly (six
+    # 256 MiB blocks alone: 0.23, 0.20, 0.27, 0.54, 1.20, 1.28 s; ~210 MB/s inside a session), and the 6 s
+    # timeout came before the watchdog at 1536 MiB (two CI runs of 2026-12-02) and at 768 MiB (one); the hang
+    # waits the whole timeout
     "limits": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.timeout_s": "6.0",
-               "sandbox.memory_mb": "768", "timing.max_calls_per_sample": "16"},
+               "sandbox.memory_mb": "384", "timing.max_calls_per_sample": "16"},
     "store": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.isolation": '"off"'},
     "raw": {"probes.max_examples": "0", "probes.shape_examples": "0", "sandbox.isolation": '"off"'},
 }

@@ -23,10 +23,12 @@ def spin(s):
         pass
 """
 
-#: a child that answers each request line after ~3 ms of CPU, runs ~1 ms more (a sandbox's lines between its
-#: answer and its next read, made long enough that the controller reads the clocks during them), then blocks
-#: reading the next line
+#: a child that says "ready" once started, answers each request line after ~3 ms of CPU, runs ~1 ms more (a
+#: sandbox's lines between its answer and its next read, made long enough that the controller reads the clocks
+#: during them), then blocks reading the next line
 WORKER = SPIN + r"""
+sys.stdout.write("ready\n")
+sys.stdout.flush()
 for line in sys.stdin:
     spin(0.003)
     sys.stdout.write("done\n")
@@ -40,6 +42,10 @@ def worker():
     proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             bufsize=1)
     try:
+        # past the interpreter's start-up: a CpuWatch begun before it booked the start-up's CPU as idle CPU after
+        # "start" (a fresh clone's CI run: 3 ms against the test's 1 ms)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        wait_off_cpu(proc.pid)  # blocked on its first read, its clocks up to date (as a sandbox between requests)
         yield proc
     finally:
         proc.kill()
@@ -90,6 +96,9 @@ def test_cpu_of_a_request_is_booked_to_the_request_not_to_the_time_after_it(work
 
 #: answers at once; after "defer" a thread of its own spins 10 ms of CPU once the answer is out (deferred work)
 DEFERRING = SPIN + r"""
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+
 def later():
     time.sleep(0.02)
     spin(0.010)
@@ -109,6 +118,8 @@ def test_the_largest_idle_intervals_name_the_request_they_followed_and_the_threa
                             text=True, bufsize=1)
     try:
         assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"  # past start-up, and blocked on its first read (as the worker fixture)
+        wait_off_cpu(proc.pid)
         watch = CpuWatch({"X": proc.pid})
         for label in ("plain", "defer", "plain"):
             watch.begin("X", label=label)

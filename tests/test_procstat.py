@@ -42,10 +42,10 @@ def worker():
     proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             bufsize=1)
     try:
-        # past the interpreter's start-up: a CpuWatch begun before it booked the start-up's CPU as idle CPU after
-        # "start" (a fresh clone's CI run: 3 ms against the test's 1 ms)
+        # past the interpreter's start-up, as a sandbox is when its timing begins: a CpuWatch begun during it booked
+        # the start-up's CPU as idle CPU after "start" (a fresh clone's CI run: 3 ms against the test's 1 ms); the
+        # lines it runs after "ready" are the watch's to wait out (CpuWatch waits for it to leave the CPU first)
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-        wait_off_cpu(proc.pid)  # blocked on its first read, its clocks up to date (as a sandbox between requests)
         yield proc
     finally:
         proc.kill()
@@ -118,8 +118,7 @@ def test_the_largest_idle_intervals_name_the_request_they_followed_and_the_threa
                             text=True, bufsize=1)
     try:
         assert proc.stdin is not None and proc.stdout is not None
-        assert proc.stdout.readline() == "ready\n"  # past start-up, and blocked on its first read (as the worker fixture)
-        wait_off_cpu(proc.pid)
+        assert proc.stdout.readline() == "ready\n"  # past start-up (as the worker fixture)
         watch = CpuWatch({"X": proc.pid})
         for label in ("plain", "defer", "plain"):
             watch.begin("X", label=label)

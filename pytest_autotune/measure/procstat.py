@@ -134,6 +134,9 @@ class CpuWatch:
     def __post_init__(self) -> None:
         for name, pid in self.pids.items():
             self.accounts[name] = CpuAccount()
+            # the first reading, like every other, once the sandbox left its CPU (wait_off_cpu): read while it
+            # still ran the lines after its last answer, the lag was booked as idle CPU "after start"
+            wait_off_cpu(pid)
             self._last[name] = cpu_clocks(pid)
             self._busy[name] = False
             if self._last[name] is None:

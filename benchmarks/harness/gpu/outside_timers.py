@@ -140,6 +140,16 @@ def _problem_path(nodeid: str) -> Path:
     return REPO / nodeid.split("::", 1)[0]
 
 
+def _abba(pair: "Pair", timer: Callable[[Callable[[], Any]], float], rotate: int = 0) -> tuple:
+    """One timer on a pair in the order base, cand, cand, base: (base1 + base2) / (cand1 + cand2), the base
+    seconds and the cand seconds."""
+    b1 = timer(pair.call("base", rotate))
+    c1 = timer(pair.call("cand", rotate))
+    c2 = timer(pair.call("cand", rotate))
+    b2 = timer(pair.call("base", rotate))
+    return (b1 + b2) / (c1 + c2), (b1, b2), (c1, c2)
+
+
 def cmd_dobench(args: argparse.Namespace) -> dict:
     report = json.loads(Path(args.report).read_text())
     rows = []
@@ -149,42 +159,19 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         try:
             pair = Pair(_problem_path(it["nodeid"]), it["candidate"], it.get("baseline") or "reference")
-            b1 = _do_bench(pair.call("base"))
-            c1 = _do_bench(pair.call("cand"))
-            c2 = _do_bench(pair.call("cand"))
-            b2 = _do_bench(pair.call("base"))
+            ratio, (b1, b2), (c1, c2) = _abba(pair, _do_bench)
             pinned = pinned_synced = None
             if args.pin_main:  # the main thread on the CPU the harness times on, the runtime's threads left free
                 free = os.sched_getaffinity(0)
                 os.sched_setaffinity(0, {max(free)})
                 try:
-                    pb1 = _do_bench(pair.call("base"))
-                    pc1 = _do_bench(pair.call("cand"))
-                    pc2 = _do_bench(pair.call("cand"))
-                    pb2 = _do_bench(pair.call("base"))
+                    pinned = _abba(pair, _do_bench)[0]
                     if args.synced:  # both: the harness's CPU and no launch head start
-                        qb1 = _synced_bench(pair.call("base"))
-                        qc1 = _synced_bench(pair.call("cand"))
-                        qc2 = _synced_bench(pair.call("cand"))
-                        qb2 = _synced_bench(pair.call("base"))
-                        pinned_synced = (qb1 + qb2) / (qc1 + qc2)
+                        pinned_synced = _abba(pair, _synced_bench)[0]
                 finally:
                     os.sched_setaffinity(0, free)
-                pinned = (pb1 + pb2) / (pc1 + pc2)
-            synced = None
-            if args.synced:
-                sb1 = _synced_bench(pair.call("base"))
-                sc1 = _synced_bench(pair.call("cand"))
-                sc2 = _synced_bench(pair.call("cand"))
-                sb2 = _synced_bench(pair.call("base"))
-                synced = (sb1 + sb2) / (sc1 + sc2)
-            rot = None
-            if args.rotate > 1:
-                rb1 = _do_bench(pair.call("base", args.rotate))
-                rc1 = _do_bench(pair.call("cand", args.rotate))
-                rc2 = _do_bench(pair.call("cand", args.rotate))
-                rb2 = _do_bench(pair.call("base", args.rotate))
-                rot = (rb1 + rb2) / (rc1 + rc2)
+            synced, (sb1, sb2), (sc1, sc2) = _abba(pair, _synced_bench) if args.synced else (None, (0, 0), (0, 0))
+            rot = _abba(pair, _do_bench, args.rotate)[0] if args.rotate > 1 else None
         except Exception as e:  # noqa: BLE001 - report and go on with the other pairs
             rows.append({"nodeid": it["nodeid"], "error": f"{type(e).__name__}: {e}"})
             continue
@@ -192,7 +179,7 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             pair = None  # noqa: F841 - free the inputs before the next pair
             if CUDA:
                 torch.cuda.empty_cache()
-        db = (b1 + b2) / (c1 + c2)
+        db = ratio
         ours = float(it["speedup"])
         rows.append({
             "nodeid": it["nodeid"], "problem": it["problem"], "candidate": it["candidate"],

@@ -44,6 +44,10 @@ from .result import ItemOutcome, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure
 from .seeds import SeedSource
 
+#: pairs of processes every timed item gets whatever its budget (protocols 3-4 had exactly these two); the pairs
+#: after them start only while the item's timing is within its budget (``KernelFlow._timed``)
+MIN_PROCESS_PAIRS = 2
+
 
 class KernelFlow:
     def __init__(self, env: FlowEnv) -> None:
@@ -109,13 +113,18 @@ class KernelFlow:
 
     def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, candidate_probe: Optional[dict] = None,
                 share: int = 1) -> TimingEvidence:
-        """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over that many pairs of
-        processes, each with that share of the budget and of the minimum and maximum pair counts."""
+        """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over up to that many pairs
+        of processes, each with that share of the budget and of the maximum pair count, and its share of the
+        minimum among the MIN_PROCESS_PAIRS that always run."""
         env = self.env
         plan = env.protocol.timing_plan(env.device_spec.name)
         if share > 1:
-            plan = dataclasses.replace(plan, min_pairs=max(2, -(-plan.min_pairs // share)),
-                                       max_pairs=max(2, plan.max_pairs // share))
+            # min_pairs is shared by the pairs of processes every item gets (MIN_PROCESS_PAIRS), so the item has it
+            # whether or not later ones start; each may stop on its own CI only once it has check_every pairs (a
+            # bootstrap of 2-3 ratios can read narrow by chance)
+            least = max(2, -(-plan.min_pairs // min(share, MIN_PROCESS_PAIRS)))
+            plan = dataclasses.replace(plan, min_pairs=least, max_pairs=max(least, plan.max_pairs // share),
+                                       ci_stop_min_pairs=max(plan.check_every, least))
         return run_paired_timing(cand, base, env.protocol, plan, seeds,
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
@@ -287,16 +296,23 @@ class KernelFlow:
 
     def _timed(self, item: ItemRun, box: Sandbox) -> Optional[FlowVerdict]:
         """5. paired timing against the baseline in its own sandbox (device exclusive), in ``[timing].process_pairs``
-        pairs of processes; 6. integrity (on every pair's evidence), 7. breaker (on the pooled measurement).
-        ``None`` when the item passed them all."""
+        pairs of processes (``[devices.cuda].process_pairs`` on CUDA); 6. integrity (on every pair's evidence),
+        7. breaker (on the pooled measurement). ``None`` when the item passed them all."""
         env, ctx = self.env, item.ctx
-        n = env.protocol.timing.process_pairs
+        plan = env.protocol.timing_plan(env.device_spec.name)
+        n = plan.process_pairs
         runs: list[TimingEvidence] = []
+        t0 = time.perf_counter()
         for j in range(n):
+            # past the second pair of processes, one more starts only while the timing stage (sandbox starts and
+            # imports included) is within the item budget: where a sandbox takes seconds to start (a problem
+            # importing torch._dynamo: ~5 s), the budget goes to timing rather than to starts
+            if j >= MIN_PROCESS_PAIRS and time.perf_counter() - t0 >= plan.item_budget_s * env.budget_scale:
+                break
             refused = self._timed_pair(item, box if j == 0 else None, j, n, runs)
             if refused is not None:
                 return refused
-        ev = runs[0] if n == 1 else self._pooled(runs)
+        ev = runs[0] if n == 1 else self._pooled(runs, n)
         ctx.timing = ev
         ctx.measurement = item_measurement(env, item, ev)
         refused_outcome = self._run_stage(ctx, "breaker")
@@ -335,13 +351,13 @@ class KernelFlow:
                 return self._refused(item, refused)
         return None
 
-    def _pooled(self, runs: list[TimingEvidence]) -> TimingEvidence:
-        """The measurement of several pairs of processes: their ratios pooled, the CI resampling pairs of processes
-        (measure/stats.py ``clustered_estimate``)."""
+    def _pooled(self, runs: list[TimingEvidence], planned: int) -> TimingEvidence:
+        """The measurement of several pairs of processes, pooled by ``[statistics].pooling``, the CI resampling pairs
+        of processes (measure/stats.py ``clustered_estimate``). ``planned``: how many the protocol allowed."""
         st = self.env.protocol.statistics
         plan = self.env.protocol.timing_plan(self.env.device_spec.name)
         est = clustered_estimate([ev.pairs() for ev in runs], level=st.ci_level, resamples=st.bootstrap_resamples,
-                                 seed=self.env.protocol.timing.process_pairs)
+                                 seed=len(runs), pooling=st.pooling_rule)
         per_pair = [{"speedup": ev.estimate.speedup if ev.estimate else None,
                      "ci": [ev.estimate.ci_low, ev.estimate.ci_high] if ev.estimate else None,
                      "n_pairs": ev.estimate.n_pairs if ev.estimate else 0, "calls_per_sample": ev.calls_per_sample,
@@ -350,7 +366,9 @@ class KernelFlow:
         return dataclasses.replace(
             last, rounds=[r for ev in runs for r in ev.rounds], estimate=est,
             ci_target_met=est.rel_width <= plan.ci_target_rel_width,
-            stop_reason=f"{len(runs)} pairs of processes ({'; '.join(ev.stop_reason for ev in runs)})",
+            stop_reason=(f"{len(runs)} pairs of processes" + ("" if len(runs) == planned else
+                         f" of {planned} (the item budget was spent before the next one started)")
+                         + f" ({'; '.join(ev.stop_reason for ev in runs)})"),
             elapsed_s=sum(ev.elapsed_s for ev in runs), timed_s=sum(ev.timed_s for ev in runs),
             overhead=pooled_overhead(runs),
             calibration={**last.calibration, "process_pairs": per_pair})

@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Union
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -72,6 +72,12 @@ class StatisticsSection:
     ci_level: float = _f(gt=0.0, le=0.9999)
     ci_target_rel_width: float = _f(gt=0.0)
     bootstrap_resamples: int = _f(ge=100)
+    # optional (protocols 1-4 have no such key: "ratios"); measure/stats.py clustered_estimate
+    pooling: Optional[str] = _f(default=None, choices=("process-medians", "ratios"))
+
+    @property
+    def pooling_rule(self) -> str:
+        return self.pooling or "ratios"
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,8 @@ class CudaSection:
     max_calls_per_sample: int = _f(ge=1)
     item_budget_s: float = _f(gt=0.0)
     ci_target_rel_width: float = _f(gt=0.0)
+    # optional (protocols 1-4 have no such key and meant [timing].process_pairs on every device)
+    process_pairs: Optional[int] = _f(default=None, ge=1)
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,10 @@ class TimingPlan:
     max_calls_per_sample: int
     item_budget_s: float
     ci_target_rel_width: float
+    process_pairs: int
+    #: fewest pairs behind a stop on the CI target (a share of the item's pairs can be 2-3, and a bootstrap of so
+    #: few ratios can read narrow by chance); 0: min_pairs
+    ci_stop_min_pairs: int = 0
 
 
 @dataclass(frozen=True)
@@ -245,11 +257,13 @@ class Protocol:
         plan = TimingPlan(order=t.order, warmup_calls=t.warmup_calls, calibration_calls=t.calibration_calls,
                           min_pairs=t.min_pairs, max_pairs=t.max_pairs, check_every=t.check_every,
                           min_sample_s=t.min_sample_s, max_calls_per_sample=t.max_calls_per_sample,
-                          item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width)
+                          item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width,
+                          process_pairs=t.process_pairs)
         if device == "cuda":
             c = self.devices.cuda
             plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,
-                                       item_budget_s=c.item_budget_s, ci_target_rel_width=c.ci_target_rel_width)
+                                       item_budget_s=c.item_budget_s, ci_target_rel_width=c.ci_target_rel_width,
+                                       process_pairs=c.process_pairs or t.process_pairs)
         return plan
 
 
@@ -322,6 +336,10 @@ def _build(cls, data: Any, source: str, prefix: str, skip: tuple[str, ...] = ())
     for name, f in fields.items():
         key = f"{prefix}.{name}" if prefix else name
         if name not in data:
+            if f.default is not dataclasses.MISSING:
+                # an optional key added by a later protocol version: older files keep their meaning
+                out[name] = f.default
+                continue
             raise ProtocolError(f"{source}: missing key '{key}'; add it (see docs/protocol.md)")
         out[name] = _convert(hints[name], data[name], source, key, f.metadata.get("rule", {}))
     return out
@@ -329,6 +347,9 @@ def _build(cls, data: Any, source: str, prefix: str, skip: tuple[str, ...] = ())
 
 def _convert(tp, value: Any, source: str, key: str, rule: dict) -> Any:
     origin = typing.get_origin(tp)
+    if origin is Union:  # Optional[X]: TOML has no null, so a value present is an X
+        (tp,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        origin = typing.get_origin(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return tp(**_build(tp, value, source, key))
     if origin in (collections.abc.Mapping, dict):

@@ -22,6 +22,11 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # 4: [devices.cuda].min_sample_s 1 ms -> 3 ms (the first launch after the pre-sample sync cost both arms ~45 us
     # per sample on the H200 and pulled ratios ~2% towards 1; docs/results-h200.md); max_calls_per_sample 512 -> 200
     "4": "766df226a01ef042fc15c5d14e95b9aa236e6fed60c90e4f431f682da31eb653",
+    # 5: [timing].process_pairs 2 -> 6 and item_budget_s 4 -> 12 (2 s a pair of processes, as before): the offset a
+    # pair of processes carries was most of a short call's A/A deviation on the CPU; [statistics].pooling =
+    # "process-medians" (new, optional key); [devices.cuda].process_pairs = 2 (new, optional key: two pairs on
+    # the GPU, as under protocol 4). docs/harness.md, "A/A across processes: protocol 5"
+    "5": "29787bbfb6603e0dafa84e2ef10c1c1446f72b7756489f5438b0b0739f4f84c9",
 }
 
 

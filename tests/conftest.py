@@ -48,6 +48,7 @@ def fast_protocol_text(**overrides: str) -> str:
         # one pair of processes per item: the suite's items test gates and plumbing, not between-process offsets
         # (the pooled path has its own tests: tests/test_plugin_e2e.py::test_aa_item_reads_about_one)
         "timing.process_pairs": "1",
+        "devices.cuda.process_pairs": "1",
     }
     defaults.update(overrides)
     lines = text.splitlines()

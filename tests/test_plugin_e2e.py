@@ -69,7 +69,8 @@ def relu_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
         write(pt.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
         write(pt.path, "suite/relu_nonneg.py", F.RELU_NONNEG)
         write(pt.path, "suite/candidates/relu_nonneg/identity.py", F.CAND_IDENTITY)
-        fast(pt, **{"timing.item_budget_s": "0.3"})
+        # up to four pairs of processes on a budget the first two always overrun: exactly two run
+        fast(pt, **{"timing.item_budget_s": "0.001", "timing.process_pairs": "4"})
         (pt.path / "protocol.toml").write_text(
             (pt.path / "protocol.toml").read_text().replace('"candidates/**",', '"candidates/**",\n  "suite/candidates/**",'))
         (pt.path / ".gitignore").write_text(SURFACE_GITIGNORE)
@@ -254,7 +255,14 @@ def test_unfrozen_protocol_refuses_to_record_unless_exploratory(pytester: pytest
     con = sqlite3.connect(session.path / ".autotune" / "results.db")
     assert con.execute("select exploratory from results").fetchall() == [(1,)]
     assert con.execute("select protocol_frozen, exploratory from runs").fetchall() == [(0, 1)]
+    # of up to four pairs of processes, the two every item gets ran (each its share of min_pairs, 8 in all: the
+    # database's floor), and no third started past the spent budget
+    n_pairs, = con.execute("select n_pairs from results").fetchone()
     con.close()
+    clamp = by_candidate(report(session.path / "r.json"))[("relu", "clamp")]
+    pairs = clamp["details"]["timing"]["calibration"]["process_pairs"]
+    assert len(pairs) == 2 and sum(p["n_pairs"] for p in pairs) == n_pairs >= 8, pairs
+    assert clamp["reason"].startswith("2 pairs of processes of 4 (the item budget was spent"), clamp["reason"]
 
 
 def test_unusable_database_is_refused_and_left_untouched(pytester: pytest.Pytester):

@@ -103,3 +103,23 @@ def test_rootdir_without_protocol_uses_the_packaged_copy(tmp_path):
     assert find_protocol(tmp_path) == PACKAGED_PROTOCOL
     (tmp_path / "protocol.toml").write_bytes(ROOT_PROTOCOL.read_bytes())
     assert find_protocol(tmp_path) == tmp_path / "protocol.toml"
+
+
+def test_keys_added_by_protocol_5_are_optional_and_their_absence_keeps_the_older_meaning():
+    """A protocol 4 file has no [statistics].pooling and no [devices.cuda].process_pairs: it still loads, pools the
+    ratios of its pairs of processes as protocol 4 did, and times CUDA in [timing]'s number of pairs. The shipped
+    protocol sets both: process medians, six pairs of processes on the CPU and two on CUDA."""
+    text = ROOT_PROTOCOL.read_text()
+    shipped = parse_protocol(text.encode())
+    assert shipped.statistics.pooling_rule == "process-medians"
+    assert shipped.timing_plan("cpu").process_pairs == 6 and shipped.timing_plan("cuda").process_pairs == 2
+    older = "\n".join(line for line in text.splitlines()
+                      if not line.startswith(("pooling =", "process_pairs = 2 ")) and "ratios\": the median" not in line
+                      and "start with its CUDA context" not in line)
+    assert "pooling" not in older.split("[correctness]")[0].split("[statistics]")[1]
+    proto = parse_protocol(older.encode())
+    assert proto.statistics.pooling is None and proto.statistics.pooling_rule == "ratios"
+    assert proto.devices.cuda.process_pairs is None
+    assert proto.timing_plan("cuda").process_pairs == proto.timing.process_pairs == 6
+    with pytest.raises(ProtocolError, match="pooling"):
+        parse_protocol(text.replace('pooling = "process-medians"', 'pooling = "mean"').encode())

@@ -350,7 +350,8 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         prints_of = rec
         n_pairs = 2 * len(ev.rounds)
         elapsed = time.perf_counter() - t_start
-        if n_pairs >= plan.min_pairs and (n_pairs - plan.min_pairs) % plan.check_every < 2:
+        if (n_pairs >= max(plan.min_pairs, plan.ci_stop_min_pairs)
+                and (n_pairs - plan.min_pairs) % plan.check_every < 2):
             ev.estimate = _estimate(ev, proto, stats_seed)
             if ev.estimate.rel_width <= plan.ci_target_rel_width:
                 ev.ci_target_met = True

@@ -67,11 +67,16 @@ def paired_estimate(baseline: Sequence[float], candidate: Sequence[float], *, le
 
 
 def clustered_estimate(groups: Sequence[tuple[Sequence[float], Sequence[float]]], *, level: float, resamples: int,
-                       seed: int) -> PairedEstimate:
+                       seed: int, pooling: str = "process-medians") -> PairedEstimate:
     """Paired samples taken in several pairs of processes (``groups``: per process pair, baseline and candidate
-    per-call times). The speedup is the median of all paired ratios; the CI resamples process pairs first, then
-    ratios within each drawn pair, so an offset that one pair of processes carries (memory placement, allocator
-    history) widens the CI instead of biasing it unseen. One group is :func:`paired_estimate`."""
+    per-call times). The pair of processes is the unit of replication: each one's median ratio, then the speedup is
+    the median of those, every pair of processes weighing the same. The CI resamples pairs of processes first,
+    then ratios within each drawn pair, so an offset that one pair of processes carries (docs/harness.md, "A/A
+    across processes") widens the CI instead of biasing it unseen, and one pair far from the others moves the
+    speedup no further than the next one's median. ``pooling="ratios"`` (protocols 3-4, ``[statistics].pooling``):
+    the median of all ratios pooled, where the pairs of processes that ran longest weigh most and the estimate
+    follows outlying ones (a CPU A/A read 0.972 pooled and 0.997 by process medians: four of its six pairs of
+    processes read 0.99-1.01, two 0.93 and 0.95). One group is :func:`paired_estimate`."""
     if len(groups) == 1:
         return paired_estimate(groups[0][0], groups[0][1], level=level, resamples=resamples, seed=seed)
     ratios = []
@@ -82,18 +87,25 @@ def clustered_estimate(groups: Sequence[tuple[Sequence[float], Sequence[float]]]
         if np.any(bb <= 0) or np.any(cc <= 0):
             raise ValueError("non-positive sample time: the timer did not advance")
         ratios.append(bb / cc)
-    pooled = np.concatenate(ratios)
-    med = float(np.median(pooled))
+    if pooling not in ("process-medians", "ratios"):
+        raise ValueError(f"unknown pooling {pooling!r}")
+
+    def centre(rs: Sequence[np.ndarray]) -> float:
+        if pooling == "ratios":
+            return float(np.median(np.concatenate(rs)))
+        return float(np.median([np.median(r) for r in rs]))
+
+    med = centre(ratios)
     rng = np.random.default_rng(seed)
     g = len(ratios)
     meds = np.empty(resamples)
     for i in range(resamples):
         drawn = [ratios[j] for j in rng.integers(0, g, size=g)]
-        meds[i] = np.median(np.concatenate([r[rng.integers(0, r.size, size=r.size)] for r in drawn]))
+        meds[i] = centre([r[rng.integers(0, r.size, size=r.size)] for r in drawn])
     alpha = (1.0 - level) / 2.0
     lo, hi = (float(v) for v in np.quantile(meds, [alpha, 1.0 - alpha]))
     base = np.concatenate([np.asarray(b, dtype=np.float64) for b, _ in groups])
     cand = np.concatenate([np.asarray(c, dtype=np.float64) for _, c in groups])
-    return PairedEstimate(n_pairs=int(pooled.size), speedup=med, ci_low=min(lo, med), ci_high=max(hi, med),
-                          baseline_s=float(np.median(base)), candidate_s=float(np.median(cand)))
+    return PairedEstimate(n_pairs=int(sum(r.size for r in ratios)), speedup=med, ci_low=min(lo, med),
+                          ci_high=max(hi, med), baseline_s=float(np.median(base)), candidate_s=float(np.median(cand)))
 

@@ -22,7 +22,8 @@
 # still returns what it finished (harness_plugin.py appends each item to <report>.partial.jsonl). The summary
 # (summarize.py) is printed last; run it here on run1.json and run2.json together for the re-measure numbers.
 # Knobs: RUN_TIMEOUT (seconds for the suite's pytest call, default 470), EXTRA_PYTEST, K (a -k expression),
-# SKIP_DOBENCH=1, ROTATE=N (do_bench also on N rotating input sets).
+# SKIP_DOBENCH=1, ROTATE=N (do_bench also on N rotating input sets), AA_TIMEOUT and AA_ARGS (cpu-aa's seconds and
+# pytest arguments; default: every problem under short_calls/ and the bundled suite, on the CPU).
 set -u -o pipefail
 MODE="${1:-smoke}"
 OUT="${OUT:-/tmp/h200-out}"
@@ -78,7 +79,7 @@ units)
 cpu-aa)
   # items as they finish in $OUT/cpu-aa-partial/ (a call cut short by its limit keeps them)
   run timeout "${AA_TIMEOUT:-500}" python3 benchmarks/harness/bench_harness.py aa --repeats "${AA_REPEATS:-1}" \
-    --partial "$OUT/cpu-aa-partial" --out "$OUT/cpu-aa.json" -- --problems=benchmarks/harness/short_calls --device=cpu
+    --partial "$OUT/cpu-aa-partial" --out "$OUT/cpu-aa.json" -- ${AA_ARGS:---problems=benchmarks/harness/short_calls --device=cpu}
   tail -40 "$LOG"
   ;;
 cpu-layout)

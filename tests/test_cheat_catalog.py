@@ -214,7 +214,13 @@ SESSION_PROTOCOL = {
     # cheat_empty_like_timed (8 us, 64 calls: 9 s of the session building and fingerprinting 64 inputs and outputs
     # a sample) and the limits session's identity (7 us); every timed output is still fingerprinted and every
     # sample still timed by the controller (docs/harness.md, "suite-time-4")
-    "main": {"timing.min_sample_s": "0.002", "timing.min_pairs": "16", "timing.max_calls_per_sample": "16"},
+    # 32 pairs: at 16, a fresh-clone CI run (2026-12-02, 38ccab9) accepted cheat_clock_between_checks at 3.2x: its
+    # item stopped at the 16 pairs, the wall-clock rule compared 8 unpreempted baseline samples, and the
+    # bootstrap of their upper quartile allowed 1.19 ms (0.99 ms of it noise) against the 1.05 ms it hid. The
+    # shipped protocol gives each pair of processes up to 2 s, not 0.6 s for the whole item
+    # (engines' windows raised with it only because the protocol's cross-check asks it; no engine item here)
+    "main": {"timing.min_sample_s": "0.002", "timing.min_pairs": "32", "timing.max_calls_per_sample": "16",
+             "engines.windows_per_launch": "16"},
     # probes off (the identity cheat must meet the breaker), a short timeout and a small memory limit
     # the memory limit: 384 MiB, above the honest sandboxes here (at most ~245 MiB resident, torch included) and
     # ~140 MiB of fresh memory away for the OOM cheat. This VM faults fresh memory in slowly and unevenly (six

@@ -146,25 +146,15 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
         cand = [r for r in good if r.get("candidate") != "reference-aa"]
         s["dobench"] = {
             "timer": db.get("timer"), "n": len(good), "errors": [r for r in db["rows"] if "error" in r],
-            "median_abs_log_ratio": statistics.median(r["abs_log_ratio"] for r in cand) if cand else None,
-            "max_abs_log_ratio": max(r["abs_log_ratio"] for r in cand) if cand else None,
-            "within_bar": sum(1 for r in cand if r["abs_log_ratio"] <= math.log1p(DOBENCH_BAR)), "bar": DOBENCH_BAR,
-            "within_bar_rot": sum(1 for r in cand if (r.get("abs_log_ratio_rot") or 9) <= math.log1p(DOBENCH_BAR)),
-            "median_abs_log_ratio_rot": statistics.median(r["abs_log_ratio_rot"] for r in cand
-                                                          if r.get("abs_log_ratio_rot") is not None)
-            if any(r.get("abs_log_ratio_rot") is not None for r in cand) else None,
+            "max_abs_log_ratio": max(r["abs_log_ratio"] for r in cand) if cand else None, "bar": DOBENCH_BAR,
             "aa": {r["problem"]: r["dobench"] for r in good if r.get("candidate") == "reference-aa"},
-            # do_bench with its main thread on the harness's sample CPU (--pin-main): the same CPU for both timers
-            "within_bar_pinned": sum(1 for r in cand if (r.get("abs_log_ratio_pinned") or 9) <= math.log1p(DOBENCH_BAR)),
-            "median_abs_log_ratio_pinned": statistics.median(r["abs_log_ratio_pinned"] for r in cand
-                                                             if r.get("abs_log_ratio_pinned") is not None)
-            if any(r.get("abs_log_ratio_pinned") is not None for r in cand) else None,
-            # the host waits for the flush before launching (no head start for launch-bound calls): --synced
-            "within_bar_synced": sum(1 for r in cand if (r.get("abs_log_ratio_synced") or 9) <= math.log1p(DOBENCH_BAR)),
-            "median_abs_log_ratio_synced": statistics.median(r["abs_log_ratio_synced"] for r in cand
-                                                             if r.get("abs_log_ratio_synced") is not None)
-            if any(r.get("abs_log_ratio_synced") is not None for r in cand) else None,
         }
+        # do_bench as it is (""), on rotating input sets, with its main thread on the harness's sample CPU
+        # (--pin-main), and with the host waiting for the flush before launching (--synced: no head start)
+        for variant in ("", "_rot", "_pinned", "_synced"):
+            logs = [r[f"abs_log_ratio{variant}"] for r in cand if r.get(f"abs_log_ratio{variant}") is not None]
+            s["dobench"][f"within_bar{variant}"] = sum(1 for v in logs if v <= math.log1p(DOBENCH_BAR))
+            s["dobench"][f"median_abs_log_ratio{variant}"] = statistics.median(logs) if logs else None
 
     # xdist multi-GPU check
     workers = []

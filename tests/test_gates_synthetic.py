@@ -161,6 +161,52 @@ def test_wall_clock_allowance_is_not_widened_by_the_cheats_own_two_modes():
         assert WallClockGate().check(_ctx(session(1000 + seed, cheat=False)), "integrity") is None, seed
 
 
+def test_wall_clock_is_not_fooled_by_one_outlying_baseline_sample():
+    """The fresh-clone CI failure of 2026-12-02: 8 unpreempted baseline samples, one of them with milliseconds of the
+    harness's own work around it, widened a standard-deviation allowance to 0.99 ms and the clock cheat (1.05 ms
+    hidden) was accepted at 3.2x. The rule takes at least 12 samples an arm and a spread one sample does not set."""
+    def session(seed: int, cheat: bool) -> TimingEvidence:
+        rng = random.Random(seed)
+        outlier = rng.randrange(16)
+
+        def make(r, pos, arm, g):
+            kw = {"work": rng.uniform(0.0012, 0.0024) if arm == "B" else 0.004,
+                  "jitter": rng.gauss(0.0, 100e-6) + rng.expovariate(1 / 80e-6)}
+            if arm == "A" and 2 * r + (g == "p2") == outlier:
+                kw["jitter"] += 0.003
+            if cheat and arm == "B" and g == "p2":
+                kw["reported"] = kw["work"] / 2
+            return kw
+
+        return _evidence(8, make)
+
+    refused = [WallClockGate().check(_ctx(session(seed, cheat=True)), "integrity") for seed in range(200)]
+    assert sum(r is not None and "time is missing" in r.reason for r in refused) >= 195
+    for seed in range(200):
+        assert WallClockGate().check(_ctx(session(1000 + seed, cheat=False)), "integrity") is None, seed
+
+
+def test_wall_clock_never_refuses_honest_work_because_the_machine_is_loaded():
+    """Measured on this 2-core VM with three busy loops beside two sessions: almost every 4 ms baseline sample was
+    preempted (0-7 of 32 ran unpreempted), which lowers its unreported CPU, while the 1 ms candidate samples mostly
+    were not. The rule it replaced compared all samples then and refused honest_fused in both sessions (3.9 ms
+    "hidden"). The candidate's lower bound against the baseline's upper bound cannot refuse honest work however the
+    preemption falls, and the item says the check was weaker."""
+    for seed in range(100):
+        rng = random.Random(seed)
+
+        def make(r, pos, arm, g):
+            long = arm == "A"
+            preempted = rng.random() < (0.95 if long else 0.4)
+            return {"work": 0.004 if long else 0.001, "jitter": rng.gauss(0.0, 100e-6),
+                    "preempt_in": rng.uniform(0.0005, 0.008) if preempted and rng.random() < 0.7 else 0.0,
+                    "preempt_out": rng.uniform(0.0005, 0.008) if preempted else 0.0}
+
+        ctx = _ctx(_evidence(16, make))
+        assert WallClockGate().check(ctx, "integrity") is None, seed
+        assert "machine was loaded" in " ".join(ctx.warnings), seed
+
+
 def test_wall_clock_refuses_stamps_outside_the_controllers_window():
     ev = _evidence(8, lambda r, pos, arm, g: {"work": 0.001})
     for rd in ev.rounds:

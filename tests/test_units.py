@@ -13,6 +13,7 @@ from pytest_autotune.gates.surface import matches
 from pytest_autotune.measure.stats import bootstrap_median_ci, paired_estimate
 from pytest_autotune.problems.inputs import PATTERNS, apply_layout, apply_pattern
 from pytest_autotune.protocol import load_protocol
+from pytest_autotune.sandbox.outputs import fingerprints
 from pytest_autotune.sandbox.wire import WireError, decode, encode
 from pytest_autotune.seeds import derive_seed, derive_seeds, new_nonce, nonce_commitment
 from pytest_autotune.tree import SUM_ROW, float64_sums
@@ -146,6 +147,37 @@ def test_fingerprint_check_catches_a_wrong_timed_output():
     assert check_fingerprint(good, ref, PROTO) is None
     zeros = {"numel": 1000, "sum": 0.0, "index": idx, "values": torch.zeros(64, dtype=torch.float64)}
     assert check_fingerprint(zeros, ref, PROTO) is not None
+
+
+def test_fingerprints_of_a_round_in_one_copy_match_each_output():
+    """A round's prints, made in one batch (one host copy per device), are the per-leaf sums and values of each
+    output, in order, at positions from the controller's seed; every one passes against its own golden and a
+    wrong leaf fails on its own."""
+    g = torch.Generator().manual_seed(7)
+    outs = [torch.randn(5000, generator=g), (torch.randn(3, 7, generator=g), torch.arange(11, dtype=torch.int32)),
+            torch.empty(0), torch.randn(70, generator=g) > 0]
+    prints = fingerprints(outs, torch.Generator().manual_seed(3), 64)
+    assert [len(p) for p in prints] == [1, 2, 1, 1]
+    leaves_ = [outs[0], outs[1][0], outs[1][1], outs[2], outs[3]]
+    flat_prints = [leaf for p in prints for leaf in p]
+    assert flat_prints[3] == {"numel": 0}
+    for t, fp in zip(leaves_, flat_prints):
+        if t.numel() == 0:
+            continue
+        assert fp["numel"] == t.numel() and fp["values"].dtype == torch.float64
+        assert fp["values"].shape == (min(64, t.numel()),) and fp["values"]._base is None
+        assert torch.equal(fp["values"], t.reshape(-1)[fp["index"]].to(torch.float64))
+        # float32 rows added in float64 (tree.float64_sums): within 1e-6 of the absolute sum
+        abs_total = float(t.to(torch.float64).abs().sum())
+        assert abs(fp["sum"] - float(t.to(torch.float64).sum())) <= 1e-6 * abs_total + 1e-12
+        assert abs(fp["abs_sum"] - abs_total) <= 1e-6 * abs_total + 1e-12
+        assert check_fingerprint(fp, t, PROTO) is None
+    wrong = outs[0].clone()
+    wrong[fp0 := int(flat_prints[0]["index"][0])] += 1.0
+    assert check_fingerprint(flat_prints[0], wrong, PROTO) is not None, fp0
+    # the positions are the seed's: the same seed, the same positions
+    again = fingerprints(outs, torch.Generator().manual_seed(3), 64)
+    assert torch.equal(again[0][0]["index"], prints[0][0]["index"])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int32,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 from ..tree import tensors
-from .outputs import HarnessRefusal, fingerprint
+from .outputs import HarnessRefusal, fingerprints
 from .tamper import os_thread_count
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,7 +82,7 @@ def _prints(st: ChildState, msg: Optional[dict]) -> list:
     # MLX arrays are read through host torch copies (unified memory: a copy, no transfer); torch outputs are
     # summarised where they live
     outs = st.kept if st.framework == "torch" else [st.device.to_host(o) for o in st.kept]
-    return [fingerprint(out, gen, n) for out in outs]
+    return fingerprints(outs, gen, n)
 
 
 #: how long a thread the candidate started may take to finish after its call returned before it counts as left

@@ -111,7 +111,7 @@ class KernelFlow:
         finally:
             ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
-    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, candidate_probe: Optional[dict] = None,
+    def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, probes: Optional[dict[str, dict]] = None,
                 share: int = 1) -> TimingEvidence:
         """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over up to that many pairs
         of processes, each with that share of the budget and of the maximum pair count, and its share of the
@@ -129,7 +129,7 @@ class KernelFlow:
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
                                  budget_scale=env.budget_scale / share, sample_cpus=env.cpus,
-                                 candidate_probe=candidate_probe)
+                                 probes=probes)
 
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
@@ -259,7 +259,10 @@ class KernelFlow:
                 if timed_refusal:
                     return timed_refusal
             else:
-                item.candidate_probe = self._probe_graphs(box, ctx)
+                probe = self._probe_graphs(box, ctx)
+                if probe is not None:
+                    item.probes["B"] = probe
+                    item.probes["A"] = self._baseline_probe(item)
         if env.protocol.timing.fresh_sandboxes:
             # both arms start timing from the same process history: a candidate sandbox as fresh as the baseline's
             with env.lock.shared():
@@ -286,6 +289,20 @@ class KernelFlow:
         if not reply.get("ok"):
             raise CandidateFailure(str(reply.get("error")))
         return dict(reply.get("timing_info") or {})
+
+    def _baseline_probe(self, item: ItemRun) -> dict:
+        """The baseline's graph-capture probe, as the candidate's: in a sandbox of its own that is not timed, once per
+        problem, baseline and device in this process (the baseline's code and sizes decide it)."""
+        env = self.env
+        key = (str(item.spec.problem.path), item.baseline_sha, env.device_spec.name)
+        if key not in env.baseline_probes:
+            init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src, "ModelNew")
+            with env.lock.shared(), self._start(init, f"baseline-{item.spec.item_key}-probe") as box:
+                try:
+                    env.baseline_probes[key] = self._probe_graphs(box, item.ctx) or {}
+                except CandidateFailure:  # the baseline cannot be probed: no graph timing known for it -> eager
+                    env.baseline_probes[key] = {}
+        return env.baseline_probes[key]
 
     def _adopt(self, ctx: GateContext, box: Sandbox) -> None:
         """``box`` is now the item's candidate sandbox: what its import did is evidence for the tamper gate."""
@@ -340,7 +357,7 @@ class KernelFlow:
                 item.boxes[f"candidate (timing){suffix}"] = box
             item.boxes[f"baseline{suffix}"] = base
             try:
-                ev = self._timing(box, base, ctx.seeds, item.candidate_probe, share=n)
+                ev = self._timing(box, base, ctx.seeds, item.probes, share=n)
             except TimingRefused as e:
                 return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
             ctx.timing = ev

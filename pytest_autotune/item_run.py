@@ -42,6 +42,7 @@ class FlowEnv:
     cpus: Optional[list[int]] = None
     baselines: dict = field(default_factory=dict)  # (problem path, sha, device) -> BaselineChoice
     problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
+    baseline_probes: dict = field(default_factory=dict)  # (problem path, baseline sha, device) -> graph probe
 
 
 @dataclass
@@ -66,7 +67,8 @@ class ItemRun:
     started: float
     choice: Optional[BaselineChoice] = None
     baseline_src: Optional[SourceFile] = None
-    candidate_probe: Optional[dict] = None  # graph-capture probe made in the correctness sandbox
+    #: arm -> its graph-capture probe, made in a sandbox that is not timed (the candidate's: the correctness one)
+    probes: dict = field(default_factory=dict)
     boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
 
     @property

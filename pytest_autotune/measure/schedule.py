@@ -245,14 +245,13 @@ def _affinity(pid: int) -> set:
 
 
 def _calibrate(drv: _Driver, warm: dict, plan: TimingPlan, graph_below_s: float,
-               candidate_probe: Optional[dict]) -> tuple[int, dict, dict]:
-    if candidate_probe is not None:  # the candidate's capture probe ran in another sandbox: none in this one
-        drv.both({"B": {"cmd": "configure", "timing": {"capture_probes": False}}}, "configure")
+               probes: dict[str, dict]) -> tuple[int, dict, dict]:
+    if probes:  # an arm's capture probe ran in another sandbox: none in this one
+        drv.both({arm: {"cmd": "configure", "timing": {"capture_probes": False}} for arm in probes}, "configure")
     cal = drv.both({arm: {"cmd": "calibrate", "warmup": warm} for arm in drv.boxes}, "warm-up")
     per_call = min(float(c["per_call_s"]) for c in cal.values())
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
-    if candidate_probe is not None:
-        infos["B"] = candidate_probe
+    infos.update(probes)
     mode = decide_timing_mode(infos, graph_below_s)
     cap = memory_cap(cal, graphs=bool(mode.get("graphs")))
     k = choose_calls_per_sample(per_call, plan, cap)
@@ -285,16 +284,18 @@ def _helpers_of(box: Sandbox) -> int:
 
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
                       *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
-                      sample_cpus: Optional[list[int]] = None, candidate_probe: Optional[dict] = None) -> TimingEvidence:
+                      sample_cpus: Optional[list[int]] = None, probes: Optional[dict[str, dict]] = None) -> TimingEvidence:
     """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they release a round and
     build the next one's inputs they may use every CPU but those (``_Driver.between_rounds_cpus``).
-    ``candidate_probe``: the candidate's graph-capture probe, made in a sandbox that is not timed (then the timing
-    sandbox makes none)."""
+    ``probes``: arm -> that arm's graph-capture probe, made in a sandbox that is not timed (then its timing sandbox
+    makes none). Both arms' probes made elsewhere leave both timing sandboxes with the same history: with only the
+    candidate's, the baseline's timing sandbox alone had test-captured graphs, and the 4 us A/A yardstick read
+    0.998-0.999 in four of four pairs of processes on the H200 (docs/results-h200.md)."""
     t_start = time.perf_counter()
     drv = _Driver({"A": baseline, "B": candidate}, sample_cpus)
 
     warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
-    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, candidate_probe)
+    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, dict(probes or {}))
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
     warm_per_call = _warm_round(drv, seeds, k) / k

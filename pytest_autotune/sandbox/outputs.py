@@ -114,8 +114,9 @@ _FP_CHUNK = 1 << 22
 def fingerprints(outs: list, gen: torch.Generator, n_positions: int) -> list[list[dict]]:
     """Cheap summaries of plain outputs at positions drawn now, one list of per-leaf dicts per output: float64 sums
     and a few values, computed where each output lives. On a GPU they are device reductions whose scalars all
-    reach the host in one copy per device: a round of the 4 us yardstick keeps 400 outputs, and a copy (and its
-    synchronisation) per sum and per value set was 0.3 s of each round on the H200."""
+    reach the host in one copy per device: a round of the 4 us yardstick keeps 400 outputs, and with a copy (and
+    its synchronisation) per sum and per value set its rounds took 250-350 ms between samples on the H200, 190-220
+    ms with one (docs/results-h200.md, "Duty cycle")."""
     pending: list[tuple[dict, torch.Tensor, int]] = []  # (leaf's print, its values and sums on its device, count)
     prints: list[list[dict]] = []
     with harness_reads():

@@ -23,7 +23,8 @@
 # (summarize.py) is printed last; run it here on run1.json and run2.json together for the re-measure numbers.
 # Knobs: RUN_TIMEOUT (seconds for the suite's pytest call, default 470), EXTRA_PYTEST, K (a -k expression),
 # SKIP_DOBENCH=1, ROTATE=N (do_bench also on N rotating input sets), AA_TIMEOUT and AA_ARGS (cpu-aa's seconds and
-# pytest arguments; default: every problem under short_calls/ and the bundled suite, on the CPU).
+# pytest arguments; default: every problem under short_calls/ and the bundled suite, on the CPU); aa-spread's
+# AA_YARDSTICK (aa_relu_130us | aa_relu_4us), AA_N (copies), AA_VARIANTS ("fresh same") and SKIP_CHEATS=1.
 set -u -o pipefail
 MODE="${1:-smoke}"
 OUT="${OUT:-/tmp/h200-out}"
@@ -105,12 +106,15 @@ full)
   python3 "$HERE/summarize.py" "$OUT" run1 2>>"$LOG"
   ;;
 aa-spread)
-  run timeout 240 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
-    --junitxml="$OUT/gpu_cheats.xml"
-  grep -E "passed|failed|error" "$LOG" | tail -2
-  for v in fresh same; do
+  if [ "${SKIP_CHEATS:-0}" != 1 ]; then
+    run timeout 240 python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
+      --junitxml="$OUT/gpu_cheats.xml"
+    grep -E "passed|failed|error" "$LOG" | tail -2
+  fi
+  Y="${AA_YARDSTICK:-aa_relu_130us}"
+  for v in ${AA_VARIANTS:-fresh same}; do
     d="/tmp/aa/$v"; mkdir -p "$d/problems"; printf '[pytest]\n' > "$d/pytest.ini"
-    for i in $(seq 1 "${AA_N:-4}"); do cp "$HERE/problems/aa_relu_130us.py" "$d/problems/aa130_$i.py"; done
+    for i in $(seq 1 "${AA_N:-4}"); do cp "$HERE/problems/$Y.py" "$d/problems/${Y}_$i.py"; done
     python3 -c "import sys; t=open('protocol.toml').read(); print(t if sys.argv[1]=='fresh' else t.replace('fresh_sandboxes = true', 'fresh_sandboxes = false'), end='')" "$v" > "$d/protocol.toml"
     ( cd "$d" && AUTOTUNE_PARTIAL="$OUT/aa-$v.partial.jsonl" timeout -k 10 -s INT 200 python3 -m pytest "${PLUGIN[@]}" \
         -p harness_plugin -p no:cacheprovider -c pytest.ini --rootdir="$d" -q --device=cuda --autotune \
@@ -120,7 +124,8 @@ aa-spread)
 import json,sys
 for it in json.load(open(sys.argv[1]))['items']:
     ci=it.get('ci') or [0,0]; d=it.get('details') or {}
-    print(sys.argv[2], it['problem'], it['verdict'], it.get('speedup'), ci, (d.get('timing') or {}).get('calls_per_sample'), round(d.get('item_seconds',0),1))
+    pp=[round(p['speedup'],4) for p in ((d.get('timing') or {}).get('calibration') or {}).get('process_pairs') or [] if p.get('speedup')]
+    print(sys.argv[2], it['problem'], it['verdict'], it.get('speedup'), ci, (d.get('timing') or {}).get('calls_per_sample'), round(d.get('item_seconds',0),1), 'pairs of processes', pp)
 " "$OUT/aa-$v.json" "$v" 2>&1 | tee -a "$LOG"
   done
   ;;

@@ -205,6 +205,9 @@ def test_wall_clock_never_refuses_honest_work_because_the_machine_is_loaded():
         ctx = _ctx(_evidence(16, make))
         assert WallClockGate().check(ctx, "integrity") is None, seed
         assert "machine was loaded" in " ".join(ctx.warnings), seed
+        # the rule runs on each pair of processes of an item: the item says it once
+        assert WallClockGate().check(ctx, "integrity") is None, seed
+        assert sum("machine was loaded" in w for w in ctx.warnings) == 1, seed
 
 
 def test_wall_clock_refuses_stamps_outside_the_controllers_window():

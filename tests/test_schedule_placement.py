@@ -128,3 +128,25 @@ def test_with_one_cpu_the_rounds_are_built_where_they_are_timed(boxes):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_arms_probed_elsewhere_make_no_capture_probe_in_their_timing_sandboxes(boxes):
+    """Where both arms' graph probes ran in sandboxes that are not timed, both timing sandboxes are told to make
+    none before calibration, and the mode is decided from the probes given: with only the candidate's, the
+    baseline's timing process alone test-captured graphs (the 4 us A/A's 0.998, docs/results-h200.md)."""
+    plan = PROTO.timing_plan("cpu")
+    probes = {"A": {"fastest_graph_call_s": 5e-6}, "B": {"fastest_graph_call_s": 6e-6}}
+    ev = run_paired_timing(boxes["B"], boxes["A"], PROTO, plan, SeedSource(b"n" * 16, "probes"), stats_seed=1,
+                           budget_scale=0.02, graph_below_s=10e-6, probes=probes)
+    for arm, box in boxes.items():
+        cmds = [(cmd, m) for cmd, m, _ in box.log]
+        first_calibrate = [c for c, _ in cmds].index("calibrate")
+        off = [m for c, m in cmds[:first_calibrate] if c == "configure"]
+        assert off and off[0]["timing"] == {"capture_probes": False}, arm
+    assert ev.mode["decision"]["graphs"] is True  # decided from the two probes (the sandboxes reported nothing)
+    # only the candidate's probe given: only the candidate's timing sandbox is told so (the old behaviour's shape)
+    for box in boxes.values():
+        box.log.clear()
+    run_paired_timing(boxes["B"], boxes["A"], PROTO, plan, SeedSource(b"n" * 16, "probes"), stats_seed=1,
+                      budget_scale=0.02, graph_below_s=10e-6, probes={"B": probes["B"]})
+    assert not any(c == "configure" and m.get("timing") == {"capture_probes": False} for c, m, _ in boxes["A"].log)

@@ -160,15 +160,20 @@ def _quantile(values: list[float], q: float) -> float:
 BOOTSTRAP = 400
 
 
+def _resampled_quantile(values: list[float], q: float, rng):
+    """The q-quantile of each of BOOTSTRAP resamples of ``values`` (numpy array)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float64)
+    return np.quantile(x[rng.integers(0, len(x), size=(BOOTSTRAP, len(x)))], q, axis=1)
+
+
 def _bootstrap_sd(a: list[float], b: list[float], q: float) -> float:
     """Standard deviation of quantile(b, q) - quantile(a, q) over resamples of each arm."""
     import numpy as np
 
     rng = np.random.default_rng(len(a) * 1_000_003 + len(b))
-    xa = np.asarray(a, dtype=np.float64)
-    xb = np.asarray(b, dtype=np.float64)
-    qa = np.quantile(xa[rng.integers(0, len(xa), size=(BOOTSTRAP, len(xa)))], q, axis=1)
-    qb = np.quantile(xb[rng.integers(0, len(xb), size=(BOOTSTRAP, len(b)))], q, axis=1)
+    qa, qb = _resampled_quantile(a, q, rng), _resampled_quantile(b, q, rng)
     return float(np.std(qb - qa))
 
 
@@ -178,9 +183,7 @@ def _bootstrap_spread(upper: list[float], lower: list[float], q: float) -> float
     import numpy as np
 
     rng = np.random.default_rng(len(upper) * 1_000_003 + len(lower))
-    xu, xl = np.asarray(upper, dtype=np.float64), np.asarray(lower, dtype=np.float64)
-    qu = np.quantile(xu[rng.integers(0, len(xu), size=(BOOTSTRAP, len(xu)))], q, axis=1)
-    ql = np.quantile(xl[rng.integers(0, len(xl), size=(BOOTSTRAP, len(xl)))], q, axis=1)
+    qu, ql = _resampled_quantile(upper, q, rng), _resampled_quantile(lower, q, rng)
     lo, hi = np.quantile(ql - qu, [0.16, 0.84])
     return float(hi - lo) / 2
 

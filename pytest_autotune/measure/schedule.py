@@ -22,7 +22,8 @@ from typing import Any, NamedTuple, Optional
 from ..protocol import Protocol, TimingPlan
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
-from .procstat import CpuWatch, group_helpers
+from .helper_watch import HelperWatch
+from .procstat import CpuWatch
 from .sampling import choose_calls_per_sample, decide_timing_mode, memory_cap
 from .stats import PairedEstimate, paired_estimate
 
@@ -107,6 +108,8 @@ class TimingEvidence:
     #: where the time between samples goes: the controller's wall per request kind, and each sandbox's own steps
     #: (``steps_s`` of its replies), summed over the rounds -- the duty cycle's other side
     overhead: dict = field(default_factory=dict)
+    #: helper processes of the candidate and processes on the GPU, as the controller saw them (HelperWatch.report)
+    helpers: dict = field(default_factory=dict)
 
     def add_overhead(self, kind: str, wall_s: float, replies: dict[str, dict]) -> None:
         book = self.overhead.setdefault(kind, {"wall_s": 0.0, "n": 0})
@@ -158,6 +161,8 @@ class _Driver:
         self.all_cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
         self.repin_errors = 0
         self.affinity = {arm: _affinity(box.pid) for arm, box in boxes.items()}
+        # the candidate's processes and the GPU's, before every sample of either arm and after every round
+        self.helpers = HelperWatch(boxes["B"], boxes["A"])
 
     def _pin(self, cpus: set) -> None:
         """Both sandboxes onto ``cpus`` (the controller may; a sandbox could not undo it under the jail's filter)."""
@@ -210,6 +215,7 @@ class _Driver:
 
     def sample(self, arm: str, group: str, position: int, phase: str) -> SampleRecord:
         box = self.boxes[arm]
+        self.helpers.before_sample(arm)
         # the CPUs a sandbox may run on are the controller's to choose: read from the kernel before every sample
         want = self.sample_cpus or self.affinity[arm]
         got = _affinity(box.pid)
@@ -273,13 +279,6 @@ def _warm_round(drv: _Driver, seeds: SeedSource, k: int) -> float:
     drv.both(warm_round, "timing (warm-up round)", spread=True)
     return min(drv.sample(arm, group, 0, "timing (warm-up round)").seconds
                for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")))
-
-
-def _helpers_of(box: Sandbox) -> int:
-    """Live processes of the candidate's sandbox besides its main one: from its cgroup where the jail made one
-    (every descendant, ``setsid`` or double-forked included), else from its process group."""
-    counted = box.other_processes()
-    return counted if counted is not None else group_helpers(box.pid)
 
 
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
@@ -346,7 +345,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
                           release_cpu_s={arm: rel[arm]["_cpu_s"] for arm in rel},
                           prepare_s=time.perf_counter() - t_prep - sum(
                               (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),
-                          helper_processes=_helpers_of(candidate))
+                          helper_processes=drv.helpers.after_round())
         ev.rounds.append(rec)
         ev.timed_s += sum(s.seconds for s in samples)
         prints_of = rec
@@ -374,6 +373,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     drv.watch.checkpoint()
     ev.cpu = {arm: vars(acct) for arm, acct in drv.watch.accounts.items()}
     ev.commands = dict(drv.commands)
+    ev.helpers = drv.helpers.report()
     ev.mode["repin_errors"] = drv.repin_errors
     ev.estimate = _estimate(ev, proto, stats_seed)
     if not ev.ci_target_met and ev.estimate.rel_width <= plan.ci_target_rel_width:

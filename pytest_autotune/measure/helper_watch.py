@@ -125,7 +125,8 @@ class HelperWatch:
     # ------------------------------------------------------------------------------------------- results
     def report(self) -> dict:
         helpers = sorted(self.seen.values(), key=lambda r: r["pid"])
-        return {"found_by": self.how, "helpers": len(helpers), "described": helpers[:MAX_DESCRIBED],
+        limit = self.cand.task_limit() if hasattr(self.cand, "task_limit") else {}
+        return {"found_by": self.how, "task_limit": limit, "helpers": len(helpers), "described": helpers[:MAX_DESCRIBED],
                 "rounds_with_helpers": self.rounds_with_helpers, "checks": self.checks,
                 "check_s": round(self.check_s, 6),
                 "gpu": ("nvml" if self.gpu is not None else f"not watched: {self.gpu_why}")

@@ -52,6 +52,8 @@ BLOCKED_BY = {
                   r"PermissionError: \[Errno 13\] Permission denied)",
 }
 DISABLED = bool(os.environ.get("AUTOTUNE_JAIL_DISABLE"))
+#: ``AUTOTUNE_JAIL_TEST_DEVICE=cuda`` (run_h200.sh jail): the tester's session on the GPU, where root keeps its uid
+DEVICE = os.environ.get("AUTOTUNE_JAIL_TEST_DEVICE", "cpu")
 MAX_PROCESSES = 32
 #: an unprivileged identity for the user-namespace session (exists on every Debian/Ubuntu system)
 NOBODY = 65534
@@ -217,7 +219,7 @@ def _session(who: str) -> JailRun:
     env.update({"TMPDIR": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"})
     args = ["--autotune", "--autotune-exploratory", "--problems", "problems", "--candidates", "candidates",
             "--autotune-json", str(root / "report.json"), "-p", "no:cacheprovider", "-q", "-W",
-            "always::pytest.PytestWarning", f"--rootdir={root}"]
+            "always::pytest.PytestWarning", f"--rootdir={root}", f"--device={DEVICE}"]
     if who == "gpu-host":  # as the GPU host's jail: root keeps its uid, no cgroup, the task supervisor
         env["AUTOTUNE_JAIL_EMULATE"] = "gpu-host"
     if who == "nobody":
@@ -275,12 +277,13 @@ def _no_task_supervisor() -> str:
 
 
 SESSIONS = ["tester", pytest.param("nobody", marks=pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    not sys.platform.startswith("linux") or os.geteuid() != 0 or DEVICE != "cpu",
     reason="running a session as an unprivileged user needs root (as a normal user, the 'tester' session already "
            "takes the user-namespace path)")),
     # the GPU host's jail on this CPU: the sandbox keeps root's uid (CUDA IPC needs it there), no cgroup, so its
     # helpers are counted by its pid namespace and its tasks bounded by the task supervisor (docs/threat-model.md)
-    pytest.param("gpu-host", marks=pytest.mark.skipif(bool(_no_task_supervisor()), reason=_no_task_supervisor()))]
+    pytest.param("gpu-host", marks=pytest.mark.skipif(bool(_no_task_supervisor()) or DEVICE != "cpu",
+                                                      reason=_no_task_supervisor() or "the tester's session is on CUDA"))]
 
 
 def _explain(run: JailRun) -> str:
@@ -351,7 +354,8 @@ def test_isolation_is_recorded_and_shown(jail_runs, who: str) -> None:
     report. Root gets a uid of its own; an unprivileged user, a user namespace."""
     run = jail_runs(who)
     iso = run.report["run"]["isolation"]
-    expected = "userns" if (who == "nobody" or os.geteuid() != 0) else "same-uid" if who == "gpu-host" else "uid"
+    expected = ("userns" if (who == "nobody" or os.geteuid() != 0)
+                else "same-uid" if who == "gpu-host" or DEVICE == "cuda" else "uid")
     if who == "gpu-host":
         assert "task supervisor" in iso["limits"] and iso["level"] == "full", iso
     assert iso["identity"] == expected, iso

@@ -59,7 +59,8 @@ class HelperWatch:
         self.checks += 1
         self._label = f"before a {'baseline' if arm == 'A' else 'candidate'} sample"
         for p in M.tree(self.cand.pid)[1:]:
-            self._helper(p, self._label)
+            if M.info(p) is not None:  # a zombie waits for its parent to read its status: it runs nothing
+                self._helper(p, self._label)
         self._gpu_check(utilisation=False)
         self.check_s += time.perf_counter() - t0
 

@@ -31,7 +31,7 @@ SUPERVISED = "task supervisor"
 WATCHDOG = "task watchdog"
 #: on CUDA, when the jailed probe cannot compute on the GPU, these parts go first, one at a time, strongest
 #: isolation kept (benchmarks/harness/gpu/jail_check.py measures which combinations keep CUDA and CUDA IPC)
-CUDA_LADDER = ("view", "ipc", "uts", "net", "mount", "seccomp", "pid")
+CUDA_LADDER = ("view", "ipc", "uts", "net", "mount", "limits", "seccomp", "pid")
 
 
 class JailError(RuntimeError):
@@ -290,14 +290,19 @@ def _without(plan: JailPlan, step: str, detail: str) -> JailPlan:
             if part == "view" and plan.view:
                 return replace(plan, view=False, missing=plan.missing + (Missing(
                     "view", f"CUDA failed inside the read-only view ({detail})", "see docs/threat-model.md"),))
+            if part == "limits" and SUPERVISED in plan.limits:
+                return _without(plan, "limits", f"CUDA failed under the task supervisor's filter ({detail})")
             if part == "seccomp" and plan.seccomp:
                 return replace(plan, seccomp=False, missing=plan.missing + (Missing(
                     "seccomp", f"CUDA failed under the seccomp filter ({detail})", "see docs/threat-model.md"),))
             if part in plan.namespaces:
-                return replace(plan, namespaces=tuple(n for n in plan.namespaces if n != part),
+                plan = replace(plan, namespaces=tuple(n for n in plan.namespaces if n != part),
                                view=plan.view and part != "mount", missing=plan.missing + (Missing(
                                    part, f"CUDA failed in a {part} namespace ({detail})",
                                    "see docs/threat-model.md"),))
+                if part == "pid" and SUPERVISED in plan.limits:
+                    plan = _without(plan, "limits", "the task supervisor needs the sandbox's own pid namespace")
+                return plan
     return replace(plan, isolation=plan.isolation, identity="none", namespaces=(), view=False, seccomp=False,
                    limits="none", missing=plan.missing + (m,))
 

@@ -1,7 +1,7 @@
 """What this host gives the sandbox jail, and whether a GPU run here would be measured under a weaker jail than the
 protocol asks (issue 27). Two uses:
 
-    python3 benchmarks/harness/gpu/jail_facts.py           # the host's facts and the harness's plan, as JSON
+    python3 benchmarks/harness/gpu/jail_facts.py [--json OUT]  # the host's facts and the harness's plan, as JSON
     python3 benchmarks/harness/gpu/jail_facts.py --gate    # run_h200.sh / anchors_h200.sh before measuring
 
 ``--gate`` exits 4 when the run is not staged as the repository says (seccomp bindings or sqlite-utils missing:
@@ -97,7 +97,10 @@ def main() -> int:
               if "MISSING" in v and not (k == "seccomp bindings" and "ok" in v)}
     plan = plan_facts(device)
     if not gate:
-        print(json.dumps({"facts": facts, "plan": plan}, indent=1))
+        text = json.dumps({"facts": facts, "plan": plan}, indent=1)
+        print(text)
+        if "--json" in sys.argv[1:]:
+            Path(sys.argv[sys.argv.index("--json") + 1]).write_text(text + "\n")
         return 0
     print(f"jail on this host ({device}): {plan['summary']}")
     if staged:

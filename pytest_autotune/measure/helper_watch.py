@@ -5,7 +5,7 @@ work of the candidate's outside its own calls").
 The schedule (:mod:`.schedule`) calls :meth:`HelperWatch.before_sample` before every sample of either arm (the same
 work before both, so neither arm's sample follows more controller work than the other's) and
 :meth:`HelperWatch.after_round` after every round. Before a sample: the candidate's process tree (its main
-process's ``children``: a few files) and, on CUDA, the driver's list of processes holding a context. After a round:
+process's ``children``: a few files, ~0.1 ms; a helper on the GPU is a process, so this sees it too). After a round:
 every process of the candidate's pid namespace from one pass over ``/proc`` (its process group and descendants
 where it has no namespace of its own, its cgroup's members where it has one; :mod:`..sandbox.members`) and the
 driver's per-process SM utilisation since the last round. A helper seen at any check counts for that round; the
@@ -51,7 +51,7 @@ class HelperWatch:
         self.rounds_with_helpers = 0
         self.checks = 0
         self.check_s = 0.0
-        self._label = "warm-up"
+        self._label = "during warm-up"
 
     # ------------------------------------------------------------------------------------------- checks
     def before_sample(self, arm: str) -> None:
@@ -61,7 +61,6 @@ class HelperWatch:
         for p in M.tree(self.cand.pid)[1:]:
             if M.info(p) is not None:  # a zombie waits for its parent to read its status: it runs nothing
                 self._helper(p, self._label)
-        self._gpu_check(utilisation=False)
         self.check_s += time.perf_counter() - t0
 
     def after_round(self) -> int:
@@ -72,7 +71,7 @@ class HelperWatch:
         for p in found:
             if p != self.cand.pid:
                 self._helper(p, "after a round")
-        self._gpu_check(utilisation=True)
+        self._gpu_check()
         n = len(self.round_pids)
         self.rounds_with_helpers += 1 if n else 0
         self.round_pids = set()
@@ -102,7 +101,7 @@ class HelperWatch:
             q, hops = inf.ppid, hops + 1
         return False
 
-    def _gpu_check(self, utilisation: bool) -> None:
+    def _gpu_check(self) -> None:
         if self.gpu is None:
             return
         running = self.gpu.running()
@@ -111,13 +110,13 @@ class HelperWatch:
             self.gpu_pids_ok = os.getpid() in running
         if self.gpu_pids_ok is False:
             return
-        busy = self.gpu.busy_since_last() if utilisation else {}
+        busy = self.gpu.busy_since_last()
         for pid in set(running) | set(busy):
             if pid in self.ours:
                 continue
             dev, mem = running.get(pid, (None, None))
             if self._belongs_to_candidate(pid):
-                rec = self._helper(pid, self._label if not utilisation else "after a round")
+                rec = self._helper(pid, "after a round")
                 rec["gpu"] = {"device": dev, "bytes": mem, "sm_util_max": max(busy.get(pid, 0),
                                                                              rec.get("gpu", {}).get("sm_util_max", 0))}
             elif pid not in self.others:

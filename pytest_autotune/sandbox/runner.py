@@ -184,6 +184,8 @@ class SandboxPool:
         if self.cgroups is not None:
             self.cgroups.close()
             self.cgroups = None
+        if self.limiter is not None:
+            self.limiter.close()
         _drop_empty_logs(self.workdir)
 
 

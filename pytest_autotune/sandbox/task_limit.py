@@ -137,6 +137,7 @@ class TaskLimiter:
         self._drop: list[int] = []
         self._lock = threading.Lock()
         self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._thread: Optional[threading.Thread] = None
         self.broken = ""
 
@@ -147,15 +148,30 @@ class TaskLimiter:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="autotune-task-limit", daemon=True)
                 self._thread.start()
-        os.write(self._wake_w, b"a")
+        self._wake()
 
     def remove(self, fd: int) -> dict:
         """Stop serving ``fd`` (the thread closes it: a request still pending then fails with ENOSYS)."""
         with self._lock:
-            box = self._boxes.get(fd)
+            box = self._boxes.pop(fd, None)
+            if box is None:  # not ours, or removed already: its number may name another file by now
+                return {}
             self._drop.append(fd)
-        os.write(self._wake_w, b"r")
-        return {} if box is None else {"allowed": box.allowed, "refused": box.refused, "peak_tasks": box.peak}
+        self._wake()
+        return {"allowed": box.allowed, "refused": box.refused, "peak_tasks": box.peak}
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"w")
+        except BlockingIOError:  # the thread has a wake-up pending already
+            pass
+
+    def close(self) -> None:
+        """Stop serving every listener left (the pool is closing: its sandboxes are gone or going)."""
+        with self._lock:
+            left = list(self._boxes)
+        for fd in left:
+            self.remove(fd)
 
     def stats(self, fd: int) -> dict:
         box = self._boxes.get(fd)
@@ -165,17 +181,18 @@ class TaskLimiter:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         polled: set[int] = set()
+        hung: set[int] = set()  # no task uses the filter any more: nothing to poll until remove() closes it
         while True:
             with self._lock:
                 drop, self._drop = self._drop, []
                 for fd in drop:
-                    self._boxes.pop(fd, None)
                     if fd in polled:
                         poller.unregister(fd)
                         polled.discard(fd)
+                    hung.discard(fd)
                     os.close(fd)
                 for fd in self._boxes:
-                    if fd not in polled:
+                    if fd not in polled and fd not in hung:
                         poller.register(fd, select.POLLIN)
                         polled.add(fd)
             for fd, ev in poller.poll():
@@ -186,6 +203,7 @@ class TaskLimiter:
                 elif ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
                     poller.unregister(fd)  # the sandbox is gone; remove() closes the fd
                     polled.discard(fd)
+                    hung.add(fd)
 
     def _answer(self, fd: int) -> None:
         req = ctypes.create_string_buffer(80)

@@ -119,7 +119,7 @@ class HelperWatch:
                 rec = self._helper(pid, "after a round")
                 rec["gpu"] = {"device": dev, "bytes": mem, "sm_util_max": max(busy.get(pid, 0),
                                                                              rec.get("gpu", {}).get("sm_util_max", 0))}
-            elif pid not in self.others:
+            elif pid not in self.others and M.info(pid) is not None:  # gone: the driver had not torn it down yet
                 self.others[pid] = {**M.describe(pid), "device": dev, "bytes": mem, "sm_util_max": busy.get(pid)}
 
     # ------------------------------------------------------------------------------------------- results

@@ -2,7 +2,7 @@
 protocol asks (issue 27). Two uses:
 
     python3 benchmarks/harness/gpu/jail_facts.py [--json OUT]  # the host's facts and the harness's plan, as JSON
-    python3 benchmarks/harness/gpu/jail_facts.py --gate    # run_h200.sh / anchors_h200.sh before measuring
+    python3 benchmarks/harness/gpu/jail_facts.py --gate [--json OUT]  # run_h200.sh / anchors_h200.sh, first
 
 ``--gate`` exits 4 when the run is not staged as the repository says (seccomp bindings or sqlite-utils missing:
 run benchmarks/harness/gpu/fetch_wheels.sh where pip works and carry .whl/), 3 when the jail the harness would use
@@ -96,11 +96,11 @@ def main() -> int:
                                 ("seccomp bindings", " / ".join(facts["seccomp_bindings"].values())))
               if "MISSING" in v and not (k == "seccomp bindings" and "ok" in v)}
     plan = plan_facts(device)
+    text = json.dumps({"facts": facts, "plan": plan}, indent=1)
+    if "--json" in sys.argv[1:]:
+        Path(sys.argv[sys.argv.index("--json") + 1]).write_text(text + "\n")
     if not gate:
-        text = json.dumps({"facts": facts, "plan": plan}, indent=1)
         print(text)
-        if "--json" in sys.argv[1:]:
-            Path(sys.argv[sys.argv.index("--json") + 1]).write_text(text + "\n")
         return 0
     print(f"jail on this host ({device}): {plan['summary']}")
     if staged:

@@ -68,7 +68,7 @@ EOF
   python3 -c "import sys, torch, triton, sqlite_utils, hypothesis; print(sys.version.split()[0], 'torch', torch.__version__, torch.version.cuda, 'triton', triton.__version__, 'gpus', torch.cuda.device_count())" 2>&1
 } >>"$LOG" 2>&1
 # ---- the jail this run gets, against what the protocol asks (issue 27)
-run timeout 90 python3 "$HERE/jail_facts.py" --gate
+run timeout 90 python3 "$HERE/jail_facts.py" --gate --json "$OUT/jail_facts.json"
 GATE=$?
 grep -E "^jail on this host" "$LOG" | tail -1
 if [ "$GATE" = 4 ] && [ "${ALLOW_UNSTAGED:-0}" != 1 ]; then
@@ -170,16 +170,16 @@ remeasure)
   ;;
 jail)
   # each step's output is in $OUT as soon as it ends, whatever a later step does; the whole mode ends inside 4 min
-  run timeout 60 python3 "$HERE/jail_facts.py" --json "$OUT/jail_facts.json"
+  # the host's facts and the plan are in $OUT/jail_facts.json already (the gate above)
   run timeout 80 python3 "$HERE/jail_check.py" --quick --json "$OUT/jail_check.json"
   sed -n '/^combination | jail/,/^nvml:/p' "$LOG" | tee "$OUT/jail_check.txt"
   run timeout 130 python3 -m pytest -p no:cacheprovider -q -rs -s tests/test_cheat_catalog.py -k gpu_cheat \
     --junitxml="$OUT/gpu_cheats.xml"
-  grep -E "^(softmax_rows|linear_fp32) |passed|failed|error" "$LOG" | tail -14
+  sed -n '/-k gpu_cheat/,$p' "$LOG" | grep -E "^(softmax_rows|linear_fp32) |passed|failed|error" | tail -14
   if [ $(( $(date +%s) - T0 )) -lt 150 ]; then  # the jail's own cheats in a CUDA session, if time is left
     AUTOTUNE_JAIL_TEST_DEVICE=cuda run timeout 75 python3 -m pytest -p no:cacheprovider -q -rs tests/test_jail.py \
       -k tester --junitxml="$OUT/jail_cuda.xml"
-    grep -E "passed|failed|error" "$LOG" | tail -2
+    sed -n '/tests\/test_jail.py/,$p' "$LOG" | grep -E "passed|failed|error" | tail -2
   else
     say "skipped the jail's cheats on CUDA (no time left in 4 min)"
   fi

@@ -54,7 +54,8 @@ BLOCKED_BY = {
 DISABLED = bool(os.environ.get("AUTOTUNE_JAIL_DISABLE"))
 #: ``AUTOTUNE_JAIL_TEST_DEVICE=cuda`` (run_h200.sh jail): the tester's session on the GPU, where root keeps its uid
 DEVICE = os.environ.get("AUTOTUNE_JAIL_TEST_DEVICE", "cpu")
-MAX_PROCESSES = 32
+#: a CUDA sandbox starts the driver's threads besides torch's (each counts, as in pids.max): more room there
+MAX_PROCESSES = 32 if os.environ.get("AUTOTUNE_JAIL_TEST_DEVICE", "cpu") == "cpu" else 96
 #: an unprivileged identity for the user-namespace session (exists on every Debian/Ubuntu system)
 NOBODY = 65534
 

@@ -31,7 +31,6 @@ import struct
 import sys
 import threading
 import time
-from collections import deque
 from typing import Optional
 
 from . import members
@@ -51,7 +50,7 @@ ARCHES = {
 }
 NOTIF_RECV = 0xC0502100  # SECCOMP_IOCTL_NOTIF_RECV: _IOWR('!', 0, struct seccomp_notif), 80 bytes
 NOTIF_SEND = 0xC0182101  # SECCOMP_IOCTL_NOTIF_SEND: _IOWR('!', 1, struct seccomp_notif_resp), 24 bytes
-#: approvals this recent count as tasks not yet visible in /proc (the kernel creates them after the answer)
+#: an approval counts as a task not yet visible in /proc until its requester asks again, or this long
 PENDING_S = 0.05
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -123,7 +122,7 @@ class _Box:
     def __init__(self, pid: int, limit: int) -> None:
         self.pid = pid
         self.limit = limit
-        self.recent: deque = deque()
+        self.pending: dict[int, float] = {}  # requester tid -> when its clone was let go on
         self.allowed = 0
         self.refused = 0
         self.peak = 0
@@ -209,9 +208,9 @@ class TaskLimiter:
         req = ctypes.create_string_buffer(80)
         if _libc.ioctl(fd, NOTIF_RECV, req) < 0:
             return  # ENOENT: the task died before we read it
-        nid = struct.unpack_from("=Q", req.raw, 0)[0]
+        nid, tid = struct.unpack_from("=QI", req.raw, 0)
         box = self._boxes.get(fd)
-        allow = box is not None and self._within(box)
+        allow = box is not None and self._within(box, tid)
         resp = ctypes.create_string_buffer(struct.pack("=QqiI", nid, 0, 0 if allow else -errno.EAGAIN,
                                                        FLAG_CONTINUE if allow else 0), 24)
         if _libc.ioctl(fd, NOTIF_SEND, resp) < 0 and ctypes.get_errno() == errno.EINVAL and allow:
@@ -221,19 +220,20 @@ class TaskLimiter:
                                                                    24))
 
     @staticmethod
-    def _within(box: _Box) -> bool:
+    def _within(box: _Box, tid: int) -> bool:
+        """Below the bound with one more task? Counted from /proc, plus the tasks approved whose clone may not have
+        happened yet: a clone returns to its caller only once the new task exists, so a requester's earlier approval
+        is done when it asks again; others count for PENDING_S (several tasks cloning at once)."""
         now = time.monotonic()
-        while box.recent and now - box.recent[0][0] > PENDING_S:
-            box.recent.popleft()
-        seen = members.tasks(box.pid)
-        # approvals whose task may not exist yet: those of the last PENDING_S the count has not grown by
-        pending = max(0, len(box.recent) - (seen - box.recent[0][1])) if box.recent else 0
-        count = seen + pending
+        box.pending.pop(tid, None)
+        for t in [t for t, at in box.pending.items() if now - at > PENDING_S]:
+            del box.pending[t]
+        count = members.tasks(box.pid) + len(box.pending)
         box.peak = max(box.peak, count)
         if count + 1 > box.limit:
             box.refused += 1
             return False
-        box.recent.append((now, count))
+        box.pending[tid] = now
         box.allowed += 1
         return True
 

@@ -238,11 +238,4 @@ class TaskLimiter:
         return True
 
 
-def serve_all(fd: int, limit: int, pid: int) -> TaskLimiter:
-    """A limiter for one listener (the jail's probe and jail_check's children, which have no controller)."""
-    lim = TaskLimiter()
-    lim.add(fd, pid, limit)
-    return lim
-
-
-__all__ = ["TaskLimiter", "TaskLimitUnavailable", "install", "unavailable", "program", "serve_all"]
+__all__ = ["TaskLimiter", "TaskLimitUnavailable", "install", "unavailable", "program"]

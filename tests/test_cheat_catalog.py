@@ -62,7 +62,8 @@ class Case:
     reason: str = ""  # regex the reason must match
     defence: str = ""  # what catches it (docs/threat-model.md)
     source: str | None = None  # file under tests/cheats, when not candidates/<problem>/<name>.py
-    needs_cgroup: bool = False  # the defence is the jail's cgroup: skipped (a documented limit) where there is none
+    #: the defence counts processes by the jail's pid namespace or cgroup: skipped (a documented limit) without both
+    needs_jail_count: bool = False
 
     @property
     def path(self) -> Path:
@@ -122,8 +123,9 @@ CATALOG: list[Case] = [
          "the controller counts the processes in the sandbox's process group after every timed round "
          "(measure/procstat.py, ThreadGate); the helpers die with the group (sandbox/runner.py)"),
     Case("softmax_rows", "cheat_burn_setsid", "main", R, ("integrity",), "",
-         "the controller counts the live processes of the sandbox's cgroup, setsid or not (Sandbox.other_processes, "
-         "ThreadGate); the helpers die with the sandbox's pid namespace", needs_cgroup=True),
+         "the controller counts every process of the sandbox's pid namespace (and cgroup) from the host's /proc, "
+         "setsid or not (measure/helper_watch.py, ThreadGate); the helpers die with the sandbox's pid namespace",
+         needs_jail_count=True),
     # ---------------------------------------------------------------- extra threads and cores
     Case("softmax_rows", "cheat_burn_thread", "main", R, ("integrity",), r"thread",
          "thread count after every call (sandbox/child.py, gates/correctness.py)"),
@@ -323,17 +325,17 @@ def _describe(it: dict) -> str:
             f"reason: {it['reason']}\nwall clock: {(it.get('details') or {}).get('wall_clock')}")
 
 
-def _has_cgroup(run: "SessionRun") -> bool:
+def _counts_every_process(run: "SessionRun") -> bool:
     iso = (run.report.get("run") or {}).get("isolation") or {}
-    return str(iso.get("limits", "")).startswith("cgroup")
+    return "pid" in (iso.get("namespaces") or ()) or str(iso.get("limits", "")).startswith("cgroup")
 
 
 @pytest.mark.parametrize("case", [c for c in CATALOG if c.session != "store"], ids=lambda c: c.id)
 def test_catalog(sessions, case: Case) -> None:
     run = sessions(case.session)
-    if case.needs_cgroup and not _has_cgroup(run):
-        pytest.skip(f"{case.name}: its defence is the jail's cgroup, which this machine does not give "
-                    "(docs/threat-model.md, 'What the jail does not stop')")
+    if case.needs_jail_count and not _counts_every_process(run):
+        pytest.skip(f"{case.name}: its defence is the jail's pid namespace or cgroup, which this machine does not "
+                    "give (docs/threat-model.md, 'Honest limits')")
     it = _item(run, case)
     if case.verdicts == NO_GAIN:
         if it["verdict"] == "accepted":
@@ -459,45 +461,86 @@ def test_forged_row_is_reported(sessions) -> None:
     assert re.search(r"results row \d+.*(mac|MAC)", v.stdout), v.stdout
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only cheats need a CUDA device")
-@pytest.mark.parametrize("path", GPU_CHEATS, ids=lambda p: f"{p.parent.name}/{p.stem}")
-def test_gpu_cheat(pytester: pytest.Pytester, path: Path) -> None:
-    """GPU-only cheats (side-stream work after return, persisting-L2 carve-out), each in its own session on
-    --device=cuda; each file names the gate and reason it expects in ``EXPECT = (verdicts, gate, regex)``."""
+def _declared(path: Path, name: str, default=None):
+    """A literal a GPU cheat file declares at top level (``EXPECT``, ``SURVIVOR``, ``BLOCKED``)."""
+    m = re.search(rf"^{name} = .*$", path.read_text(), re.MULTILINE)
+    if not m:
+        return default
     ns: dict = {}
-    src = path.read_text()
-    m = re.search(r"^EXPECT = .*$", src, re.MULTILINE)
-    assert m, f"{path} declares no EXPECT"
-    exec(m.group(0), ns)  # noqa: S102 - a literal tuple from our own file
-    verdicts, gate, reason = ns["EXPECT"]
-    shutil.copytree(CHEATS / "problems", pytester.path / "problems")
-    dest = pytester.path / "candidates" / path.parent.name / path.name
-    dest.parent.mkdir(parents=True)
-    shutil.copy(path, dest)
-    honest = CHEATS / "gpu" / path.parent.name / "honest.py"
-    if honest.exists():
-        shutil.copy(honest, dest.parent / "honest.py")
+    exec(m.group(0), ns)  # noqa: S102 - a literal from our own file
+    return ns[name]
+
+
+@pytest.fixture(scope="module")
+def gpu_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """Every GPU cheat and each problem's honest companion in ONE --device=cuda session (a session per file cost
+    a minute each on the H200); the honest items run after the cheats of their problem, so a cheat that left
+    something behind (a helper holding the GPU's memory) shows as an honest item that fails."""
+    mp = pytest.MonkeyPatch()
+    pytester = pytest.Pytester(ModuleRequest(request), tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
+    root = pytester.path
+    shutil.copytree(CHEATS / "problems", root / "problems")
+    for path in GPU_CHEATS + sorted((CHEATS / "gpu").glob("*/honest.py")):
+        dest = root / "candidates" / path.parent.name / path.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, dest)
     # probes off: these cheats are about timing, and adversarial inputs at GPU sizes cost minutes
     # ``GPU_PROTOCOL`` tightens the event/host cross-check: with the frozen 3.0, host time may exceed event time
     # by twice the candidate's event time, which let the side-stream cheat through at 6.8x (honest: 2.6x)
-    (pytester.path / "protocol.toml").write_text(fast_protocol_text(**GPU_PROTOCOL))
-    report = pytester.path / "report.json"
+    (root / "protocol.toml").write_text(fast_protocol_text(**GPU_PROTOCOL))
+    (root / "tmp").mkdir()
+    report = root / "report.json"
+    mp.setenv("TMPDIR", str(root / "tmp"))  # the sandbox logs land here
+    t0 = time.monotonic()
     res = pytester.runpytest_subprocess("--autotune", "--autotune-exploratory", "--device=cuda", "--problems",
                                         "problems", "--candidates", "candidates", "--autotune-json", str(report),
-                                        "-p", "no:cacheprovider", "-q", timeout=600)
-    items = {it["candidate"]: it for it in json.loads(report.read_text())["items"]}
-    for name, item in items.items():
-        print(name, item["verdict"], item.get("speedup"), json.dumps(item.get("details", {}).get("device_clock")))
-    it = items[path.stem]
-    if "honest" in items:
-        assert items["honest"]["verdict"] == "accepted", _describe(items["honest"])
+                                        "-p", "no:cacheprovider", "-q", timeout=900)
+    seconds = time.monotonic() - t0
+    data = json.loads(report.read_text()) if report.exists() else {}
+    items = {(it["problem"], it["candidate"]): it for it in data.get("items", [])}
+    for (problem, name), item in sorted(items.items()):
+        print(problem, name, item["verdict"], item.get("gate"), item.get("speedup"), item.get("reason", "")[:300])
+    run = SessionRun("gpu", root, items, res.stdout.str(), res.stderr.str(), res.ret, seconds, data)
+    try:
+        yield run
+    finally:
+        mp.undo()
+        print(f"cheat catalog session gpu: {seconds:.0f} s, {len(items)} items")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only cheats need a CUDA device")
+@pytest.mark.parametrize("path", GPU_CHEATS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_gpu_cheat(gpu_session: SessionRun, path: Path) -> None:
+    """GPU-only cheats (side-stream work after return, persisting-L2 carve-out, helper processes and a second
+    context on the GPU, a fork bomb and a memory hog under the jail); each file names the gate and reason it
+    expects in ``EXPECT = (verdicts, gate, regex)``, optionally ``SURVIVOR`` (a process name that must not outlive
+    the session) and ``BLOCKED`` (a regex over its ``JAIL-CHEAT`` line: why its attack failed)."""
+    verdicts, gate, reason = _declared(path, "EXPECT")
+    problem = path.parent.name
+    it = gpu_session.items.get((problem, path.stem))
+    assert it is not None, f"no item for {path.stem} (exit {gpu_session.ret})\n{gpu_session.stdout[-3000:]}"
+    honest = gpu_session.items.get((problem, "honest"))
+    if honest is not None:  # it ran after the cheats of its problem: nothing they did may have cost it
+        assert honest["verdict"] == "accepted", _describe(honest)
+    survivor = _declared(path, "SURVIVOR")
+    if survivor:
+        alive = _named(survivor)
+        for p in alive:  # ours to clean up: started by this test's session
+            os.kill(p, signal.SIGKILL)
+        assert not alive, f"{path.stem}'s helper {survivor} outlived its sandbox: {alive}"
+    blocked = _declared(path, "BLOCKED")
+    if blocked:
+        tag = path.stem.removeprefix("cheat_")
+        lines = re.findall(rf"^JAIL-CHEAT {tag}: (.*)$", _sandbox_logs(gpu_session), re.MULTILINE)
+        assert lines and all(re.search(blocked, ln) for ln in lines), lines
     if verdicts == NO_GAIN:
         if it["verdict"] == "accepted":
-            limit = items["honest"]["ci"][1] * GAIN_MARGIN
+            assert honest is not None
+            limit = honest["ci"][1] * GAIN_MARGIN
             assert it["speedup"] <= limit, f"gained: limit {limit:.2f}x\n{_describe(it)}"
         else:
             assert it["verdict"] in ("rejected", "quarantined"), _describe(it)
         return
-    assert it["verdict"] in verdicts and (gate is None or it["gate"] == gate), (_describe(it), res.stdout.str())
-    assert re.search(reason, it["reason"]), _describe(it)
+    assert it["verdict"] in verdicts and (gate is None or it["gate"] == gate), _describe(it)
+    assert re.search(reason, it["reason"] or ""), _describe(it)

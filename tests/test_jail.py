@@ -52,7 +52,10 @@ BLOCKED_BY = {
                   r"PermissionError: \[Errno 13\] Permission denied)",
 }
 DISABLED = bool(os.environ.get("AUTOTUNE_JAIL_DISABLE"))
-MAX_PROCESSES = 32
+#: ``AUTOTUNE_JAIL_TEST_DEVICE=cuda`` (run_h200.sh jail): the tester's session on the GPU, where root keeps its uid
+DEVICE = os.environ.get("AUTOTUNE_JAIL_TEST_DEVICE", "cpu")
+#: a CUDA sandbox starts the driver's threads besides torch's (each counts, as in pids.max): more room there
+MAX_PROCESSES = 32 if os.environ.get("AUTOTUNE_JAIL_TEST_DEVICE", "cpu") == "cpu" else 96
 #: an unprivileged identity for the user-namespace session (exists on every Debian/Ubuntu system)
 NOBODY = 65534
 
@@ -217,7 +220,9 @@ def _session(who: str) -> JailRun:
     env.update({"TMPDIR": str(tmp), "PYTHONDONTWRITEBYTECODE": "1"})
     args = ["--autotune", "--autotune-exploratory", "--problems", "problems", "--candidates", "candidates",
             "--autotune-json", str(root / "report.json"), "-p", "no:cacheprovider", "-q", "-W",
-            "always::pytest.PytestWarning", f"--rootdir={root}"]
+            "always::pytest.PytestWarning", f"--rootdir={root}", f"--device={DEVICE}"]
+    if who == "gpu-host":  # as the GPU host's jail: root keeps its uid, no cgroup, the task supervisor
+        env["AUTOTUNE_JAIL_EMULATE"] = "gpu-host"
     if who == "nobody":
         for d, _dirs, fs in os.walk(root):
             for n in [d, *(os.path.join(d, f) for f in fs)]:
@@ -264,10 +269,22 @@ def jail_runs():
             shutil.rmtree(run.root, ignore_errors=True)
 
 
+def _no_task_supervisor() -> str:
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        return "the GPU host's jail (root keeping its uid) needs root"
+    from pytest_autotune.sandbox.task_limit import unavailable
+
+    return unavailable()
+
+
 SESSIONS = ["tester", pytest.param("nobody", marks=pytest.mark.skipif(
-    not sys.platform.startswith("linux") or os.geteuid() != 0,
+    not sys.platform.startswith("linux") or os.geteuid() != 0 or DEVICE != "cpu",
     reason="running a session as an unprivileged user needs root (as a normal user, the 'tester' session already "
-           "takes the user-namespace path)"))]
+           "takes the user-namespace path)")),
+    # the GPU host's jail on this CPU: the sandbox keeps root's uid (CUDA IPC needs it there), no cgroup, so its
+    # helpers are counted by its pid namespace and its tasks bounded by the task supervisor (docs/threat-model.md)
+    pytest.param("gpu-host", marks=pytest.mark.skipif(bool(_no_task_supervisor()) or DEVICE != "cpu",
+                                                      reason=_no_task_supervisor() or "the tester's session is on CUDA"))]
 
 
 def _explain(run: JailRun) -> str:
@@ -287,17 +304,19 @@ def test_attack_fails_because_of_the_jail(jail_runs, who: str, cheat: str) -> No
     it = items.get(f"cheat_{cheat}")
     assert it is not None, _explain(run)
     if cheat in _refused_here(run):
-        # alive during timing and counted from the sandbox's cgroup: the helper-process rule refuses the item
+        # alive during timing and counted by the controller: the helper-process rule refuses the item, naming it
         assert (it["verdict"], it["gate"]) == ("rejected", "integrity") and "process" in it["reason"], it
+        assert re.search(r"pid \d+ '\w+' \(a session of its own", it["reason"]), it["reason"]
     else:
         assert it["verdict"] == "accepted", f"{it}\n{_explain(run)}"
 
 
 def _refused_here(run: "JailRun") -> set[str]:
-    """Attacks refused by a gate besides failing: the setsid helper lives during timing, and where the jail has a
-    cgroup the controller counts it (measure/schedule.py ``_helpers_of``)."""
+    """Attacks refused by a gate besides failing: the setsid helper lives during timing, and the controller counts
+    it from the host's /proc by the sandbox's pid namespace, or from its cgroup (measure/helper_watch.py)."""
     iso = run.report.get("run", {}).get("isolation") or {}
-    return {"setsid_helper"} if str(iso.get("limits", "")).startswith("cgroup") else set()
+    counted = "pid" in (iso.get("namespaces") or ()) or str(iso.get("limits", "")).startswith("cgroup")
+    return {"setsid_helper"} if counted else set()
 
 
 @pytest.mark.parametrize("who", SESSIONS)
@@ -336,7 +355,10 @@ def test_isolation_is_recorded_and_shown(jail_runs, who: str) -> None:
     report. Root gets a uid of its own; an unprivileged user, a user namespace."""
     run = jail_runs(who)
     iso = run.report["run"]["isolation"]
-    expected = "userns" if (who == "nobody" or os.geteuid() != 0) else "uid"
+    expected = ("userns" if (who == "nobody" or os.geteuid() != 0)
+                else "same-uid" if who == "gpu-host" or DEVICE == "cuda" else "uid")
+    if who == "gpu-host":
+        assert "task supervisor" in iso["limits"] and iso["level"] == "full", iso
     assert iso["identity"] == expected, iso
     assert {"pid", "net", "mount", "ipc"} <= set(iso["namespaces"]) and iso["seccomp"] and iso["view"], iso
     assert re.search(r"^sandbox isolation: ", run.stdout, re.MULTILINE), run.stdout[-2000:]

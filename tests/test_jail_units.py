@@ -47,7 +47,9 @@ def test_a_failed_step_is_dropped_and_recorded() -> None:
                    namespaces=("user", "pid", "net", "mount", "ipc", "uts"), view=True, limits="rlimit")
     no_user = _without(plan, "userns", "EPERM")
     assert no_user.namespaces == () and not no_user.view and no_user.identity == "none"
-    assert [m.part for m in no_user.missing] == ["userns"] and "max_user_namespaces" in no_user.missing[0].fix
+    # without the user namespace the rlimit binds nothing any more: the warning names that too
+    assert [m.part for m in no_user.missing] == ["userns", "limits"] and "max_user_namespaces" in no_user.missing[0].fix
+    assert no_user.limits == "task watchdog" and not no_user.has("limits")
     assert "net" not in _without(plan, "net+ipc", "x").namespaces or "ipc" not in _without(plan, "net+ipc", "x").namespaces
     cuda = _without(replace(plan, device="cuda"), "cuda", "cudaErrorOperatingSystem")
     assert not cuda.view and cuda.missing[-1].part == "view"  # the CUDA ladder gives up the view first

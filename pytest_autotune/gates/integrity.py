@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 from typing import Optional
 
+from ..measure.helper_watch import describe_helpers
 from .base import Gate, GateContext, GateOutcome
 
 
@@ -73,10 +74,20 @@ class ThreadGate(Gate):
                     f"{allowed * 1e3:.2f} ms allowed with [timing].cpu_threads = "
                     f"{ctx.protocol.timing.cpu_threads}): work ran on more cores than the protocol gives every arm")
         helpers = max((r.helper_processes for r in ev.rounds), default=0)
+        if ev.helpers:
+            ctx.details["processes"] = ev.helpers
+            others = [f"pid {o['pid']} {o.get('comm', '?')!r}" for o in ev.helpers.get("others_on_gpu", [])]
+            if others and not any(w.startswith("other processes held the GPU") for w in ctx.warnings):
+                ctx.warnings.append(f"other processes held the GPU while this item was timed ({', '.join(others)}): "
+                                    "they are not the candidate's, but the measurement shared the GPU with them")
         if helpers:
+            seen = describe_helpers(ev.helpers) if ev.helpers else ""
             return GateOutcome.refuse(
-                "integrity", f"{helpers} helper process(es) of the candidate were alive during the timed rounds: "
-                "work outside the timed calls (a candidate may not run processes beside the measurement)")
+                "integrity", f"{helpers} helper process(es) of the candidate were alive during the timed rounds"
+                f"{': ' + seen if seen else ''} (counted by the controller from the host's /proc"
+                f"{', ' + ev.helpers['found_by'] if ev.helpers.get('found_by') else ''}; GPU: "
+                f"{ev.helpers.get('gpu', 'not watched')}): work outside the timed calls (a candidate may not run "
+                "processes beside the measurement)")
         worst = max((s.new_threads for s in samples), default=0)
         if worst > ctx.protocol.integrity.max_new_threads:
             return GateOutcome.refuse(

@@ -28,7 +28,6 @@ from ..protocol import Protocol, TimingPlan
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
 from .memory import UNBUDGETED, MemoryPlan
-from .procstat import group_helpers
 from .sampling import choose_calls_per_sample, decide_timing_mode, memory_cap
 from .schedule_driver import ScheduleDriver
 from .stats import PairedEstimate, clustered_estimate, paired_estimate
@@ -94,13 +93,6 @@ def _add(a: Optional[float], b: Optional[float]) -> Optional[float]:
 def _held_groups(memory: MemoryPlan) -> tuple[tuple[str, ...], ...]:
     """The input groups built together: both at once, or one after the other (half-rounds)."""
     return (("p1",), ("p2",)) if memory.groups_held == 1 else (("p1", "p2"),)
-
-
-def _helpers_of(box: Sandbox) -> int:
-    """Live processes of the candidate's sandbox besides its main one: from its cgroup where the jail made one
-    (every descendant, ``setsid`` or double-forked included), else from its process group."""
-    counted = box.other_processes()
-    return counted if counted is not None else group_helpers(box.pid)
 
 
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
@@ -183,7 +175,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
                           release_cpu_s=books["release"],
                           prepare_s=time.perf_counter() - t_prep - sum(
                               (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),
-                          helper_processes=_helpers_of(candidate), mid_prints=mid_prints)
+                          helper_processes=drv.helpers.after_round(), mid_prints=mid_prints)
         ev.rounds.append(rec)
         ev.timed_s += sum(s.seconds for s in samples)
         prints_of = rec
@@ -211,6 +203,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     drv.watch.checkpoint()
     ev.cpu = {arm: vars(acct) for arm, acct in drv.watch.accounts.items()}
     ev.commands = dict(drv.commands)
+    ev.helpers = drv.helpers.report()
     ev.mode["repin_errors"] = drv.repin_errors
     ev.estimate = _estimate(ev, proto, stats_seed)
     if not ev.ci_target_met and ev.estimate.rel_width <= plan.ci_target_rel_width:

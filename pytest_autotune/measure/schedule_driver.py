@@ -11,6 +11,7 @@ from typing import Optional
 
 from ..sandbox.runner import Sandbox, SandboxFailure
 from .memory import UNBUDGETED, MemoryPlan, fmt_bytes
+from .helper_watch import HelperWatch
 from .procstat import CpuWatch
 from .timing_records import ARM_ROLES, SampleRecord, TimingRefused
 
@@ -28,6 +29,8 @@ class ScheduleDriver:
         self.all_cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
         self.repin_errors = 0
         self.affinity = {arm: _affinity(box.pid) for arm, box in boxes.items()}
+        # the candidate's processes and the GPU's, before every sample of either arm and after every round
+        self.helpers = HelperWatch(boxes["B"], boxes["A"])
 
     def _pin(self, cpus: set) -> None:
         """Both sandboxes onto ``cpus`` (the controller may; a sandbox could not undo it under the jail's filter)."""
@@ -82,6 +85,7 @@ class ScheduleDriver:
 
     def sample(self, arm: str, group: str, position: int, phase: str) -> SampleRecord:
         box = self.boxes[arm]
+        self.helpers.before_sample(arm)
         # the CPUs a sandbox may run on are the controller's to choose: read from the kernel before every sample
         want = self.sample_cpus or self.affinity[arm]
         got = _affinity(box.pid)

@@ -90,6 +90,8 @@ class TimingEvidence:
     #: where the time between samples goes: the controller's wall per request kind, and each sandbox's own steps
     #: (``steps_s`` of its replies), summed over the rounds -- the duty cycle's other side
     overhead: dict = field(default_factory=dict)
+    #: helper processes of the candidate and processes on the GPU, as the controller saw them (HelperWatch.report)
+    helpers: dict = field(default_factory=dict)
 
     def add_overhead(self, kind: str, wall_s: float, replies: dict[str, dict]) -> None:
         book = self.overhead.setdefault(kind, {"wall_s": 0.0, "n": 0})

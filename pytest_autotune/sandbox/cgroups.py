@@ -5,8 +5,9 @@ sandbox, writes the limits, moves the sandbox in right after the fork (before it
 its CPU time and its member processes, and removes it when the sandbox is closed. Both hierarchies are handled:
 cgroup v2 (``memory.max``, ``pids.max``, ``cpu.stat``, ``cgroup.kill``) where the memory and pids controllers
 can be enabled below the controller's cgroup, else cgroup v1 (``memory.limit_in_bytes``, ``pids.max``,
-``cpuacct.usage``), one hierarchy per controller, as on hybrid hosts. Where neither is writable the jail falls
-back to rlimits (docs/threat-model.md, "The jail").
+``cpuacct.usage``), one hierarchy per controller, as on hybrid hosts; where no hierarchy has a pids controller (the
+GPU host's v2 has none), a memory-only group, and the jail bounds the tasks otherwise (:mod:`.task_limit`). Where
+nothing is writable the jail falls back to rlimits (docs/threat-model.md, "The jail").
 """
 
 from __future__ import annotations
@@ -168,41 +169,66 @@ class SandboxCgroup:
 class CgroupSession:
     """The session's parent group(s). :meth:`create` makes one :class:`SandboxCgroup` per sandbox."""
 
-    def __init__(self, version: str, roots: dict[str, Path], memory_bytes: int, pids_max: int) -> None:
+    def __init__(self, version: str, roots: dict[str, Path], memory_bytes: int, pids_max: int,
+                 pids: bool = True) -> None:
         self.version = version
         self.roots = roots
         self.memory_bytes = memory_bytes
         self.pids_max = pids_max
+        #: False: a memory-only group (no pids controller here); the jail bounds the tasks otherwise
+        self.pids = pids
         self._n = 0
+
+    @property
+    def kind(self) -> str:
+        """The plan's ``limits``: "cgroup v2", or "cgroup v2 memory" without a pids controller."""
+        return f"cgroup {self.version}" + ("" if self.pids else " memory")
 
     @classmethod
     def open(cls, memory_bytes: int, pids_max: int) -> "CgroupSession":
-        """Create the session's group, or :class:`CgroupUnavailable` saying why none is writable."""
+        """Create the session's group, or :class:`CgroupUnavailable` saying why none is writable. Memory and pids
+        (v2, else v1) first; where no hierarchy has a pids controller (the GPU host), a memory-only group."""
         name = f"autotune-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         mounts, own = _mounts(), _own_paths()
-        errors = []
+        errors: list[str] = []
+        for want in ({"memory", "pids"}, {"memory"}):
+            found = cls._open_v2(mounts, own, name, want, errors) or cls._open_v1(mounts, own, name, want, errors)
+            if found is not None:
+                version, roots = found
+                return cls(version, roots, memory_bytes, pids_max, pids="pids" in want)
+        raise CgroupUnavailable("; ".join(dict.fromkeys(errors)) or "no cgroup file system is mounted")
+
+    @staticmethod
+    def _open_v2(mounts: list, own: dict, name: str, want: set,
+                 errors: list[str]) -> Optional[tuple[str, dict[str, Path]]]:
         for m, fstype, _opts in mounts:
             if fstype != "cgroup2":
                 continue
             base = Path(m) / own.get("", "/").lstrip("/")
+            enable = " ".join(f"+{c}" for c in sorted(want))
             try:
                 ctrls = set((base / "cgroup.controllers").read_text().split())
-                if not {"memory", "pids"} <= ctrls:
-                    raise CgroupUnavailable(f"the memory and pids controllers are not available in {base} "
-                                            f"(cgroup.controllers: {' '.join(sorted(ctrls)) or 'none'})")
+                if not want <= ctrls:
+                    raise CgroupUnavailable(f"the {' and '.join(sorted(want))} controllers are not available in "
+                                            f"{base} (cgroup.controllers: {' '.join(sorted(ctrls)) or 'none'})")
                 sub = set((base / "cgroup.subtree_control").read_text().split())
-                if not {"memory", "pids"} <= sub:
-                    _write(base / "cgroup.subtree_control", "+memory +pids")
+                if not want <= sub:
+                    _write(base / "cgroup.subtree_control", enable)
                 root = base / name
                 root.mkdir()
                 try:
-                    _write(root / "cgroup.subtree_control", "+memory +pids")
+                    _write(root / "cgroup.subtree_control", enable)
                 except OSError:
                     root.rmdir()
                     raise
-                return cls("v2", {"v2": root}, memory_bytes, pids_max)
+                return "v2", {"v2": root}
             except (OSError, CgroupUnavailable) as e:
                 errors.append(f"cgroup v2 at {base}: {e}")
+        return None
+
+    @staticmethod
+    def _open_v1(mounts: list, own: dict, name: str, want: set,
+                 errors: list[str]) -> Optional[tuple[str, dict[str, Path]]]:
         roots: dict[str, Path] = {}
         for key, ctrl in (("memory", "memory"), ("pids", "pids"), ("cpu", "cpuacct")):
             for m, fstype, opts in mounts:
@@ -214,14 +240,16 @@ class CgroupSession:
                     except OSError as e:
                         errors.append(f"cgroup v1 {ctrl} at {base}: {e.strerror}")
                     break
-        if {"memory", "pids"} <= set(roots):
-            return cls("v1", roots, memory_bytes, pids_max)
+        if want <= set(roots):
+            if "pids" not in want:
+                roots.pop("pids", None)
+            return "v1", roots
         for d in roots.values():
             try:
                 d.rmdir()
             except OSError:
                 pass
-        raise CgroupUnavailable("; ".join(errors) or "no cgroup file system is mounted")
+        return None
 
     def create(self) -> SandboxCgroup:
         self._n += 1
@@ -236,7 +264,8 @@ class CgroupSession:
                 _write(d / "memory.max", str(self.memory_bytes))
                 if (d / "memory.swap.max").exists():
                     _write(d / "memory.swap.max", "0")
-                _write(d / "pids.max", str(self.pids_max))
+                if self.pids:
+                    _write(d / "pids.max", str(self.pids_max))
             else:
                 _write(dirs["memory"] / "memory.limit_in_bytes", str(self.memory_bytes))
                 sw = dirs["memory"] / "memory.memsw.limit_in_bytes"
@@ -245,7 +274,8 @@ class CgroupSession:
                         _write(sw, str(self.memory_bytes))
                     except OSError:
                         pass
-                _write(dirs["pids"] / "pids.max", str(self.pids_max))
+                if self.pids:
+                    _write(dirs["pids"] / "pids.max", str(self.pids_max))
         except OSError:
             SandboxCgroup(dirs, self.version).remove(0)
             raise

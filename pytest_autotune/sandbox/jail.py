@@ -16,11 +16,14 @@ drops what it may not keep (:func:`fork_jailed`):
 * view -- everything read-only, ``/tmp`` and ``/dev/shm`` private (size-limited tmpfs), ``/run`` and the store
   hidden, a ``/proc`` of its own pid namespace;
 * limits -- a cgroup per sandbox (memory, pids, CPU time of every descendant; :mod:`.cgroups`), else rlimits;
+  where neither bounds the sandbox's tasks (root without a ``pids`` controller: the GPU host) a seccomp filter
+  that hands every new task to the controller (:mod:`.task_limit`);
 * seccomp -- :mod:`.seccomp_filter`, installed last.
 
 Order inside a new sandbox (every step before any candidate code; a failed step ends the sandbox with the step
 named, never a sandbox that runs with less than its plan): namespaces → private mounts → loopback → rlimits →
-bounding set → uid/gid → capabilities → no_new_privs → seccomp → status to the zygote.
+bounding set → uid/gid → capabilities → no_new_privs → seccomp → the task filter, whose listener goes to the
+zygote (and from there to the controller's supervisor) with the status.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Callable, Optional
 
 from . import linux
 from .jail_mounts import sandbox_mounts, session_view
-from .jail_plan import JailError, JailPlan
+from .jail_plan import SUPERVISED, JailError, JailPlan
 
 _NS_FLAGS = {"net": linux.CLONE_NEWNET, "mount": linux.CLONE_NEWNS, "ipc": linux.CLONE_NEWIPC,
              "uts": linux.CLONE_NEWUTS}
@@ -95,11 +98,13 @@ def _mirror_child(pid: int) -> None:
 
 
 def fork_jailed(plan: JailPlan, p0: Optional[int], run: Callable[[], int], keep_fds: tuple[int, ...] = (),
-                timeout_s: float = 30.0) -> tuple[int, Optional[int], Optional[dict]]:
+                timeout_s: float = 30.0) -> tuple[int, Optional[int], Optional[dict], Optional[int]]:
     """Fork a sandbox with fresh namespaces; the child jails itself, then calls ``run`` (its exit code is the
-    process's). Returns (pid in the zygote's namespace, pidfd or None, None or the failure: {"step", "error"}).
-    A child whose jail fails reports the step and exits 71 without calling ``run``."""
-    r, w = os.pipe()
+    process's). Returns (pid in the zygote's namespace, pidfd or None, None or the failure: {"step", "error"},
+    the task limit's listener or None). A child whose jail fails reports the step and exits 71 without calling
+    ``run``. The listener (:mod:`.task_limit`) is the caller's to pass on to a supervisor or close: until one answers
+    it, the sandbox's next new task waits; once it is closed, new tasks fail with ENOSYS."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     new_pid = plan.level != "off" and "pid" in plan.namespaces
     if new_pid:
         linux.unshare(linux.CLONE_NEWPID)
@@ -114,32 +119,37 @@ def fork_jailed(plan: JailPlan, p0: Optional[int], run: Callable[[], int], keep_
     if pid == 0:
         code = 71
         try:
-            os.close(r)
+            ours.close()
             if p0 is not None:
                 os.close(p0)
             try:
-                enter_sandbox(plan)
+                listener = enter_sandbox(plan)
             except JailError as e:
-                os.write(w, json.dumps({"error": str(e), "step": e.step}).encode())
+                theirs.sendall(json.dumps({"error": str(e), "step": e.step}).encode())
                 os._exit(71)
             except Exception as e:  # noqa: BLE001
-                os.write(w, json.dumps({"error": f"jail: {type(e).__name__}: {e}", "step": "jail"}).encode())
+                theirs.sendall(json.dumps({"error": f"jail: {type(e).__name__}: {e}", "step": "jail"}).encode())
                 os._exit(71)
-            os.write(w, b'{"ok": true}')
-            os.close(w)
+            # the listener leaves this process before any candidate code: only the supervisor may hold it
+            socket.send_fds(theirs, [b'{"ok": true}'], [listener] if listener is not None else [])
+            if listener is not None:
+                os.close(listener)
+            theirs.close()
             code = run()
         finally:
             os._exit(code)
-    os.close(w)
+    theirs.close()
+    fds: list[int] = []
     try:
-        ready, _, _ = select.select([r], [], [], timeout_s)
-        data = os.read(r, 1 << 16) if ready else b""
+        ready, _, _ = select.select([ours], [], [], timeout_s)
+        data, fds, _flags, _addr = socket.recv_fds(ours, 1 << 16, 1) if ready else (b"", [], 0, None)
     finally:
-        os.close(r)
+        ours.close()
     try:
         status = json.loads(data) if data else {"error": "the sandbox ended before its jail was set up"}
     except ValueError:
         status = {"error": f"unreadable jail status {data[:80]!r}"}
+    listener = fds[0] if fds else None
     if status.get("ok"):
         failure = None
     else:
@@ -150,16 +160,17 @@ def fork_jailed(plan: JailPlan, p0: Optional[int], run: Callable[[], int], keep_
             pidfd = os.pidfd_open(pid)
         except OSError:
             pidfd = None
-    return pid, pidfd, failure
+    return pid, pidfd, failure, listener
 
 
 # ---------------------------------------------------------------------------------------------- sandbox side
 
 
-def enter_sandbox(plan: JailPlan) -> None:
-    """In a freshly forked sandbox, before any candidate code. Raises :class:`JailError` naming the step."""
+def enter_sandbox(plan: JailPlan) -> Optional[int]:
+    """In a freshly forked sandbox, before any candidate code. Raises :class:`JailError` naming the step. Returns
+    the task limit's listener where the plan bounds tasks with it (:mod:`.task_limit`), else None."""
     if plan.level == "off":
-        return
+        return None
     flags = 0
     for name, flag in _NS_FLAGS.items():
         if name in plan.namespaces:
@@ -190,16 +201,25 @@ def enter_sandbox(plan: JailPlan) -> None:
             load_filter()
         except Exception as e:  # noqa: BLE001
             raise JailError("seccomp", str(e)) from None
+    listener = None
+    if SUPERVISED in plan.limits:
+        from .task_limit import install
+
+        try:
+            listener = install()
+        except Exception as e:  # noqa: BLE001
+            raise JailError("limits", f"task limit: {e}") from None
     os.environ.update({"HOME": "/tmp", "TMPDIR": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache",
                        "TRITON_CACHE_DIR": "/tmp/.triton", "TORCHINDUCTOR_CACHE_DIR": "/tmp/.inductor"})
     if plan.identity == "uid":
         os.environ.update({"USER": "autotune-sandbox", "LOGNAME": "autotune-sandbox"})
+    return listener
 
 
 def _rlimits(plan: JailPlan) -> None:
     try:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if plan.limits == "rlimit" and plan.pids_max and plan.identity in ("uid", "userns"):
+        if "rlimit" in plan.limits and plan.pids_max and plan.identity in ("uid", "userns"):
             # counted per uid (per user namespace since Linux 5.14): only sandboxes run as this uid there
             resource.setrlimit(resource.RLIMIT_NPROC, (plan.pids_max, plan.pids_max))
     except (OSError, ValueError) as e:

@@ -22,9 +22,16 @@ FULL = ("identity", "pid", "net", "mount", "view", "seccomp", "limits")
 #: the sandbox's own ids on the CPU as root: the first uid from here that no account uses
 JAIL_UID_BASE = 64000
 ENV_PLAN = "AUTOTUNE_JAIL_PLAN"
+#: a test knob: plan as the GPU host gets it (root keeps its uid, no cgroup) on a CPU machine, so that the GPU
+#: host's jail -- pid-namespace process accounting without a cgroup, the task supervisor -- runs in CPU tests
+ENV_EMULATE = "AUTOTUNE_JAIL_EMULATE"
+#: ``limits`` parts: tasks bounded by the controller's seccomp supervisor (binds), or only counted by its watchdog
+#: while it waits for the sandbox, which kills the sandbox past the bound (detects)
+SUPERVISED = "task supervisor"
+WATCHDOG = "task watchdog"
 #: on CUDA, when the jailed probe cannot compute on the GPU, these parts go first, one at a time, strongest
 #: isolation kept (benchmarks/harness/gpu/jail_check.py measures which combinations keep CUDA and CUDA IPC)
-CUDA_LADDER = ("view", "ipc", "uts", "net", "mount", "seccomp", "pid")
+CUDA_LADDER = ("view", "ipc", "uts", "net", "mount", "limits", "seccomp", "pid")
 
 
 class JailError(RuntimeError):
@@ -56,7 +63,9 @@ class JailPlan:
     expose: tuple[str, ...] = ()  # identity uid: paths the sandbox must read (the interpreter, site-packages)
     keep: tuple[str, ...] = ()  # paths under /tmp or /dev/shm the sandbox needs (a checkout in /tmp): bound back
     seccomp: bool = False
-    limits: str = "none"  # cgroup v1 | cgroup v2 | rlimit | none
+    #: how memory and tasks are bounded: "cgroup v1" | "cgroup v2" (memory + pids), "rlimit", "none", or a memory-only
+    #: cgroup ("cgroup v2 memory") joined by " + " with what bounds the tasks (rlimit, SUPERVISED, WATCHDOG)
+    limits: str = "none"
     memory_bytes: int = 0
     pids_max: int = 0
     device: str = "cpu"
@@ -73,7 +82,7 @@ class JailPlan:
         if part == "seccomp":
             return self.seccomp
         if part == "limits":
-            return self.limits != "none"
+            return binds_tasks(self.limits)
         raise KeyError(part)
 
     @property
@@ -102,7 +111,8 @@ class JailPlan:
         if self.view:
             parts.append("read-only view, private /tmp, store hidden")
         if self.limits != "none":
-            parts.append(f"{self.limits} limits")
+            memory = "" if self.limits.startswith("cgroup") else " (memory: the RSS watchdog)"
+            parts.append(f"{self.limits} limits{memory}")
         if self.seccomp:
             parts.append("seccomp")
         return f"{self.level}: " + (", ".join(parts) if parts else "a separate process only")
@@ -142,8 +152,22 @@ class JailPlan:
                 "uid": self.uid if self.identity == "uid" else None,
                 "namespaces": [n for n in self.namespaces], "view": self.view, "limits": self.limits,
                 "seccomp": self.seccomp, "memory_bytes": self.memory_bytes or None, "pids_max": self.pids_max or None,
+                "tasks_bound": binds_tasks(self.limits),
                 "missing": [m.part for m in self.missing], "summary": self.describe()}
 
+
+
+def binds_tasks(limits: str) -> bool:
+    """Does ``limits`` bound the sandbox's tasks for real (the kernel refuses the next one), not only count them?"""
+    return limits in ("cgroup v1", "cgroup v2") or any(p in ("rlimit", SUPERVISED) for p in limits.split(" + "))
+
+
+def _joined(*parts: str) -> str:
+    return " + ".join(p for p in parts if p and p != "none") or "none"
+
+
+def emulating_gpu_host() -> bool:
+    return os.environ.get(ENV_EMULATE, "") == "gpu-host"
 
 
 def interpreter_paths() -> tuple[str, ...]:
@@ -187,7 +211,7 @@ def wanted_plan(isolation: str, device: str, hide: tuple[str, ...], memory_bytes
     root = os.geteuid() == 0
     missing: list[Missing] = []
     ns: tuple[str, ...] = ("pid", "net", "mount", "ipc", "uts")
-    if root and device == "cuda":
+    if root and (device == "cuda" or emulating_gpu_host()):
         identity, uid, gid = "same-uid", 0, 0
     elif root:
         identity, (uid, gid) = "uid", jail_ids()
@@ -222,11 +246,14 @@ _FIX = {
                  "run as root (a uid of its own) or as a normal user with user namespaces"),
     "seccomp": ("libseccomp's Python bindings or the kernel's seccomp filter are missing",
                 "pip install pyseccomp (and apt-get install libseccomp2)"),
-    "limits": ("no writable cgroup and no rlimit that reaches only the sandbox",
+    "limits": ("nothing bounds the sandbox's tasks: no cgroup pids controller, no rlimit that reaches only the "
+               "sandbox, no seccomp user notification for the task supervisor",
                "give this process a writable cgroup with the memory and pids controllers: as root, a cgroup v1 "
                "hierarchy or a v2 subtree whose parent enables both (echo +memory +pids > cgroup.subtree_control); "
-               "as a normal user, a delegated v2 subtree (systemd-run --user -p Delegate=yes). Root's own rlimits "
-               "do not apply to root, so on CUDA (which keeps root's uid) only a cgroup limits the sandbox"),
+               "as a normal user, a delegated v2 subtree (systemd-run --user -p Delegate=yes); or a kernel with "
+               "seccomp user notification (Linux >= 5.5) and a pid namespace, for the task supervisor. Root's own "
+               "rlimits do not apply to root, so on CUDA (which keeps root's uid) the controller's watchdog only "
+               "counts the sandbox's tasks and kills it past the bound"),
 }
 
 
@@ -234,10 +261,12 @@ def _without(plan: JailPlan, step: str, detail: str) -> JailPlan:
     why, fix = _FIX.get(step, (f"{step} failed", "see docs/threat-model.md"))
     m = Missing(step, f"{why} ({detail})", fix)
     if step == "userns":
-        return replace(plan, identity="none", namespaces=(), view=False,
-                       limits="none" if plan.limits == "rlimit" else plan.limits, missing=plan.missing + (m,))
+        return _rebound(replace(plan, identity="none", namespaces=(), view=False, missing=plan.missing + (m,)))
     if step in ("pid", "pidfd"):
-        return replace(plan, namespaces=tuple(n for n in plan.namespaces if n != "pid"), missing=plan.missing + (m,))
+        plan = replace(plan, namespaces=tuple(n for n in plan.namespaces if n != "pid"), missing=plan.missing + (m,))
+        if SUPERVISED in plan.limits:  # the supervisor counts the sandbox's tree: complete only in its namespace
+            plan = _without(plan, "limits", "the task supervisor needs the sandbox's own pid namespace")
+        return plan
     if step in ("mount", "view"):
         return replace(plan, namespaces=tuple(n for n in plan.namespaces if n != "mount"), view=False,
                        missing=plan.missing + (m,))
@@ -249,28 +278,57 @@ def _without(plan: JailPlan, step: str, detail: str) -> JailPlan:
                 return _without(plan, n, detail)
     if step == "identity":
         if plan.identity == "uid":
-            return replace(plan, identity="same-uid", uid=0, gid=0,
-                           limits="none" if plan.limits == "rlimit" else plan.limits, missing=plan.missing + (m,))
+            return _rebound(replace(plan, identity="same-uid", uid=0, gid=0, missing=plan.missing + (m,)))
         return replace(plan, identity="none", missing=plan.missing + (m,))
     if step == "seccomp":
         return replace(plan, seccomp=False, missing=plan.missing + (m,))
     if step == "limits":
-        return replace(plan, limits="none", missing=plan.missing + (m,))
+        memory = [p for p in plan.limits.split(" + ") if p.startswith("cgroup") and p.endswith("memory")]
+        return replace(plan, limits=_joined(*memory, WATCHDOG), missing=plan.missing + (m,))
     if step == "cuda":  # the jailed probe could not compute on the GPU: give up the next part of the ladder
         for part in CUDA_LADDER:
             if part == "view" and plan.view:
                 return replace(plan, view=False, missing=plan.missing + (Missing(
                     "view", f"CUDA failed inside the read-only view ({detail})", "see docs/threat-model.md"),))
+            if part == "limits" and SUPERVISED in plan.limits:
+                return _without(plan, "limits", f"CUDA failed under the task supervisor's filter ({detail})")
             if part == "seccomp" and plan.seccomp:
                 return replace(plan, seccomp=False, missing=plan.missing + (Missing(
                     "seccomp", f"CUDA failed under the seccomp filter ({detail})", "see docs/threat-model.md"),))
             if part in plan.namespaces:
-                return replace(plan, namespaces=tuple(n for n in plan.namespaces if n != part),
+                plan = replace(plan, namespaces=tuple(n for n in plan.namespaces if n != part),
                                view=plan.view and part != "mount", missing=plan.missing + (Missing(
                                    part, f"CUDA failed in a {part} namespace ({detail})",
                                    "see docs/threat-model.md"),))
+                if part == "pid" and SUPERVISED in plan.limits:
+                    plan = _without(plan, "limits", "the task supervisor needs the sandbox's own pid namespace")
+                return plan
     return replace(plan, isolation=plan.isolation, identity="none", namespaces=(), view=False, seccomp=False,
                    limits="none", missing=plan.missing + (m,))
+
+
+def _rebound(plan: JailPlan) -> JailPlan:
+    """After the identity changed: an rlimit binds only a uid of the sandbox's own (or a user namespace's)."""
+    if "rlimit" not in plan.limits.split(" + ") or plan.identity in ("uid", "userns"):
+        return plan
+    memory = " + ".join(p for p in plan.limits.split(" + ") if p.startswith("cgroup"))
+    bound = _task_bound(replace(plan, limits="none"), memory or None, "")
+    if binds_tasks(bound):
+        return replace(plan, limits=bound)
+    return _without(replace(plan, limits=bound), "limits", "the rlimit does not bind this identity")
+
+
+def _task_bound(plan: JailPlan, cgroups_ok: Optional[str], cgroup_error: str) -> str:
+    """``limits`` from the controller's cgroup ("cgroup v1"/"cgroup v2" with pids, "cgroup v2 memory" without) and
+    what else bounds the tasks: the identity's rlimit, else the task supervisor where the kernel has it."""
+    if cgroups_ok in ("cgroup v1", "cgroup v2"):
+        return cgroups_ok
+    if plan.limits == "rlimit":
+        return _joined(cgroups_ok or "", "rlimit")
+    from .task_limit import unavailable
+
+    why = unavailable() or ("" if "pid" in plan.namespaces else "no pid namespace")
+    return _joined(cgroups_ok or "", WATCHDOG if why else SUPERVISED)
 
 
 def probe(plan: JailPlan, timeout_s: float = 120.0) -> dict:
@@ -302,10 +360,11 @@ def plan_jail(isolation: str, device: str, hide: tuple[str, ...], memory_bytes: 
     plan = wanted_plan(isolation, device, hide, memory_bytes, pids_max)
     if plan.level == "off" or not sys.platform.startswith("linux"):
         return plan
-    if cgroups_ok:
-        plan = replace(plan, limits=cgroups_ok)
-    elif plan.limits == "none":
-        plan = _without(plan, "limits", cgroup_error or "no cgroup")
+    plan = replace(plan, limits=_task_bound(plan, cgroups_ok, cgroup_error))
+    if not binds_tasks(plan.limits):
+        from .task_limit import unavailable
+
+        plan = _without(plan, "limits", "; ".join(filter(None, (cgroup_error or "no cgroup", unavailable()))))
     try:
         from .seccomp_filter import bindings
 

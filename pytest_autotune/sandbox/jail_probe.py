@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 
+from . import linux
 from .jail import enter_session, fork_jailed
-from .jail_plan import ENV_PLAN, JailError, JailPlan
+from .jail_plan import ENV_PLAN, SUPERVISED, JailError, JailPlan
+from .task_limit import TaskLimiter
 
 
 def _probe_checks(plan: JailPlan) -> dict:
@@ -41,6 +44,18 @@ def _probe_checks(plan: JailPlan) -> dict:
         checks["tmp_writable"] = True
     except OSError:
         checks["tmp_writable"] = False
+    if SUPERVISED in plan.limits:  # a new process and a new thread, each answered by the task supervisor
+        try:
+            kid = os.fork()
+            if kid == 0:
+                os._exit(0)
+            os.waitpid(kid, 0)
+            t = threading.Thread(target=lambda: None)
+            t.start()
+            t.join()
+        except (OSError, RuntimeError) as e:
+            raise JailError("limits", f"the task supervisor did not let a fork or a thread through: {e}") from None
+        checks["task_supervisor"] = True
     if plan.device == "cuda":
         try:
             import torch
@@ -73,11 +88,15 @@ def main() -> int:
         return 0
 
     try:
-        pid, pidfd, failure = fork_jailed(plan, p0, child)
+        pid, pidfd, failure, listener = fork_jailed(plan, p0, child)
     except OSError as e:
         print(json.dumps({"ok": False, "step": "pid", "error": str(e)}))
         return 0
     os.close(w)
+    if listener is not None:  # this probe is the sandbox's supervisor (its /proc is the host's: the host pid)
+        host = linux.pid_from_pidfd(pidfd) if pidfd is not None else None
+        limiter = TaskLimiter()
+        limiter.add(listener, host if host is not None else pid, plan.pids_max or 64)
     if failure is not None:
         try:
             os.waitpid(pid, 0)

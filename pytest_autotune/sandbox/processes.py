@@ -93,26 +93,32 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def fork(self, fd: int, log: Path) -> tuple[int, int]:
-        """(pid in the controller's pid namespace, pid in the zygote's). The log file is opened here, by the
-        controller: the zygote's view of the file system is read-only."""
+    def fork(self, fd: int, log: Path) -> tuple[int, int, Optional[int]]:
+        """(pid in the controller's pid namespace, pid in the zygote's, the task limit's listener or None: the
+        caller's to serve or close). The log file is opened here, by the controller: the zygote's view of the file
+        system is read-only."""
         self.ready()
         log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd, log_fd])
         finally:
             os.close(log_fd)
-        data, fds, _flags, _addr = socket.recv_fds(self.ctl, 1 << 16, 1)
+        data, fds, _flags, _addr = socket.recv_fds(self.ctl, 1 << 16, 2)
         reply = json.loads(data)
         zpid = int(reply["pid"])
-        host = None
-        for pidfd in fds:
-            host = linux.pid_from_pidfd(pidfd)
-            os.close(pidfd)
+        host, listener = None, None
+        for name, got in zip(reply.get("fds") or ["pidfd"] * len(fds), fds):
+            if name == "listener":
+                listener = got
+            else:
+                host = linux.pid_from_pidfd(got)
+                os.close(got)
         if reply.get("jail_error"):
+            if listener is not None:
+                os.close(listener)
             raise SandboxFailure("start", f"the sandbox could not be jailed (step {reply.get('step')}: "
                                  f"{reply['jail_error']}); nothing of the candidate ran", tail(log))
-        return (host if host is not None else zpid), zpid
+        return (host if host is not None else zpid), zpid, listener
 
     def wait(self, pid: int, timeout: float) -> dict:
         """``pid``: the zygote's pid of the sandbox."""
@@ -145,6 +151,8 @@ def tail(path: Path, n: int = 25) -> str:
 
 class Handle:
     pid: int
+    #: the task limit's listener, served by the pool's supervisor until the sandbox is closed
+    listener: Optional[int] = None
 
     def kill(self) -> None:
         try:

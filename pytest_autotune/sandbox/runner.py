@@ -23,7 +23,8 @@ from typing import Any, Optional
 from . import linux
 from .cgroups import CgroupSession, CgroupUnavailable, SandboxCgroup
 from .environment import sandbox_env
-from .jail_plan import JailPlan, Missing, plan_jail
+from .jail_plan import ENV_EMULATE, SUPERVISED, WATCHDOG, JailPlan, Missing, emulating_gpu_host, plan_jail
+from .members import tasks
 from .processes import (
     Handle,
     PopenHandle,
@@ -36,6 +37,7 @@ from .processes import (
     rss_bytes,
     tail,
 )
+from .task_limit import TaskLimiter
 from .wire import Channel, PeerGone, WireError, WireTimeout
 
 # SandboxFailure is imported from here by the flow, the gates and the schedule
@@ -61,9 +63,16 @@ class SandboxPool:
         self.max_processes = max_processes
         self.device = device
         self.cgroups: Optional[CgroupSession] = None
+        #: the controller's supervisor of every sandbox's new tasks, where the plan bounds them so (:mod:`.task_limit`)
+        self.limiter: Optional[TaskLimiter] = None
         self._plan: Optional[JailPlan] = None
         self._zygote: Optional[Zygote] = None
         self._count = 0
+
+    @property
+    def watch_tasks(self) -> bool:
+        """Count every sandbox's tasks while waiting for it and kill it past the bound: where nothing binds them."""
+        return self._plan is not None and WATCHDOG in self._plan.limits
 
     @property
     def plan(self) -> JailPlan:
@@ -81,8 +90,10 @@ class SandboxPool:
                 "measure on Linux"),))
         cg_kind, cg_error = None, ""
         try:
+            if emulating_gpu_host():
+                raise CgroupUnavailable(f"none: {ENV_EMULATE}=gpu-host plans as the GPU host gets it")
             self.cgroups = CgroupSession.open(self.memory_bytes, self.max_processes)
-            cg_kind = f"cgroup {self.cgroups.version}"
+            cg_kind = self.cgroups.kind
         except (CgroupUnavailable, OSError) as e:
             cg_error = str(e)
         plan = plan_jail(self.isolation, self.device, self.hide, self.memory_bytes, self.max_processes,
@@ -90,6 +101,8 @@ class SandboxPool:
         if not plan.limits.startswith("cgroup") and self.cgroups is not None:
             self.cgroups.close()
             self.cgroups = None
+        if SUPERVISED in plan.limits:
+            self.limiter = TaskLimiter()
         if plan.identity in ("same-uid", "userns"):
             # the sandbox shares the controller's uid: no /proc/<controller>/mem, no ptrace, even if it could
             # name this process (its pid namespace already hides it)
@@ -122,8 +135,13 @@ class SandboxPool:
         try:
             if self.mode == "zygote":
                 z = self._get_zygote()
-                pid, zpid = z.fork(theirs.fileno(), log)
+                pid, zpid, listener = z.fork(theirs.fileno(), log)
                 handle: Handle = ZygoteHandle(pid, z, zpid)
+                if listener is not None and self.limiter is not None:
+                    self.limiter.add(listener, pid, self.max_processes)
+                    handle.listener = listener
+                elif listener is not None:  # nobody to answer it: the sandbox's new tasks fail with ENOSYS
+                    os.close(listener)
                 if self.cgroups is not None:
                     # before the sandbox reads its first command: every process it starts is counted and limited
                     try:
@@ -166,6 +184,8 @@ class SandboxPool:
         if self.cgroups is not None:
             self.cgroups.close()
             self.cgroups = None
+        if self.limiter is not None:
+            self.limiter.close()
         _drop_empty_logs(self.workdir)
 
 
@@ -204,6 +224,11 @@ class Sandbox:
     def pid(self) -> int:
         return self.handle.pid
 
+    def task_limit(self) -> dict:
+        """The task supervisor's counts for this sandbox (allowed, refused, peak tasks); {} without one."""
+        fd = getattr(self.handle, "listener", None)
+        return self.pool.limiter.stats(fd) if fd is not None and self.pool.limiter is not None else {}
+
     def other_processes(self) -> Optional[int]:
         """Live processes of this sandbox besides its main one -- every descendant, ``setsid`` or not -- counted
         from its cgroup by the controller; None without a cgroup (then count its process group instead)."""
@@ -231,6 +256,14 @@ class Sandbox:
         self.close()
 
     def _watchdog(self) -> None:
+        if self.pool.watch_tasks:
+            n = tasks(self.handle.pid)
+            if n > self.pool.max_processes:
+                self.handle.kill()
+                raise SandboxFailure(
+                    "processes", f"the sandbox ran {n} processes and threads, over the protocol's "
+                    f"{self.pool.max_processes} ([sandbox].max_processes); it was killed (the controller's watchdog: "
+                    "nothing on this machine bounds a sandbox's tasks, docs/threat-model.md)", tail(self.log))
         rss = rss_bytes(self.handle.pid)
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.pool.memory_bytes:
@@ -303,3 +336,7 @@ class Sandbox:
         if self.cgroup is not None:  # and everything else it started (setsid or not), then its cgroup
             self.cgroup.kill()
             self.cgroup.remove()
+        fd = getattr(self.handle, "listener", None)
+        if fd is not None and self.pool.limiter is not None:
+            self.pool.limiter.remove(fd)
+            self.handle.listener = None

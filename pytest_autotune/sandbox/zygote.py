@@ -11,8 +11,9 @@ single-threaded process), and forks every sandbox into fresh namespaces of its o
 and locks (uid, capabilities, seccomp) before it reads its first command.
 
 Control protocol (SOCK_SEQPACKET, one JSON object per packet): ``{"cmd":"fork","log":path}`` + the sandbox's
-socket fd and, optionally, its log file's fd → ``{"pid":n}`` + a pidfd of the sandbox when there is one (the
-controller reads the sandbox's pid in its own pid namespace from it), or ``{"pid":n,"jail_error":...,
+socket fd and, optionally, its log file's fd → ``{"pid":n,"fds":[names]}`` + a pidfd of the sandbox when there is
+one (the controller reads the sandbox's pid in its own pid namespace from it) and the task limit's listener where
+the plan has one (:mod:`.task_limit`: the controller's supervisor answers it), in the order ``fds`` names them, or ``{"pid":n,"jail_error":...,
 "step":...}`` when the sandbox could not be jailed (it has then exited without running anything);
 ``{"cmd":"wait","pid":n,"timeout":s}`` (n: the zygote's pid of the sandbox) → ``{"status":"exited","code":c}`` |
 ``{"status":"signaled","signal":s}`` | ``{"status":"running"}``; ``{"cmd":"exit"}``.
@@ -91,7 +92,7 @@ def serve(ctl: socket.socket, plan: "JailPlan", p0: Optional[int] = None) -> Non
                 return code
 
             try:
-                pid, pidfd, failure = fork_jailed(plan, p0, run)
+                pid, pidfd, failure, listener = fork_jailed(plan, p0, run)
             except OSError as e:
                 for fd in fds:
                     os.close(fd)
@@ -101,11 +102,18 @@ def serve(ctl: socket.socket, plan: "JailPlan", p0: Optional[int] = None) -> Non
                 os.close(fd)
             if failure is not None:
                 ctl.send(json.dumps({"pid": pid, "jail_error": failure["error"], "step": failure["step"]}).encode())
-            elif pidfd is not None:
-                socket.send_fds(ctl, [json.dumps({"pid": pid}).encode()], [pidfd])
-                os.close(pidfd)
             else:
-                ctl.send(json.dumps({"pid": pid}).encode())
+                # the pidfd, and the task limit's listener for the controller's supervisor; the zygote keeps neither
+                # (a later sandbox must not inherit another's listener)
+                named = [(n, fd) for n, fd in (("pidfd", pidfd), ("listener", listener)) if fd is not None]
+                msg = json.dumps({"pid": pid, "fds": [n for n, _ in named]}).encode()
+                if named:
+                    socket.send_fds(ctl, [msg], [fd for _, fd in named])
+                else:
+                    ctl.send(msg)
+            for held in (pidfd, listener):
+                if held is not None:
+                    os.close(held)
         elif cmd == "wait":
             ctl.send(json.dumps(_wait(int(req["pid"]), float(req.get("timeout", 0)))).encode())
         elif cmd == "exit":

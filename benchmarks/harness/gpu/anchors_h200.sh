@@ -8,7 +8,8 @@
 # mechanism was committed before its first measurement; uncommitted, a divergence can only read "unexplained").
 # Everything lands in $OUT (default /tmp/anchors-out): log.txt, anchors.json (the pytest report), anchors.db
 # (the store), verdicts.json (autotune anchors), plots/. Knobs: ANCHORS_K, ANCHORS_TIMEOUT (seconds, default 540;
-# SIGINT ends the run and the report of the finished items is still written), EXTRA_PYTEST.
+# SIGINT ends the run and the report of the finished items is still written), EXTRA_PYTEST; ALLOW_UNSTAGED=1 and
+# REQUIRE_FULL_JAIL=1 as in run_h200.sh (the jail gate: refuse an unstaged run, warn loudly of a weaker jail).
 set -u -o pipefail
 OUT="${OUT:-/tmp/anchors-out}"
 mkdir -p "$OUT"
@@ -17,12 +18,25 @@ T0=$(date +%s)
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 [ -f pyproject.toml ] && [ -d pytest_autotune ] || { echo "run from the repository root" >&2; exit 2; }
-if ls .whl/*.whl >/dev/null 2>&1; then  # the same wheel carrier as run_h200.sh
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+if ls .whl/*.whl >/dev/null 2>&1; then  # the same wheel carrier as run_h200.sh (benchmarks/harness/gpu/fetch_wheels.sh)
+  # into the checkout, not /tmp: every sandbox has a private /tmp, the checkout it sees read-only
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PWD/.site" \
     .whl/*.whl >>"$LOG" 2>&1 || { say "wheel install failed"; tail -20 "$LOG"; exit 1; }
-  export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH="$PWD/.site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 else
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
+# the jail these measurements get, against what the protocol asks (issue 27; the same gate as run_h200.sh)
+python3 benchmarks/harness/gpu/jail_facts.py --gate >>"$LOG" 2>&1
+GATE=$?
+grep -E "^jail on this host" "$LOG" | tail -1
+if [ "$GATE" = 4 ] && [ "${ALLOW_UNSTAGED:-0}" != 1 ]; then
+  say "REFUSED: not staged (bash benchmarks/harness/gpu/fetch_wheels.sh, carry .whl/); ALLOW_UNSTAGED=1 to go on"
+  exit 4
+elif [ "$GATE" != 0 ]; then
+  sed -n '/^=====/,/^=====/p' "$LOG" | tail -30 | tee "$OUT/JAIL-WEAKER-THAN-PROTOCOL.txt"
+  say "WARNING: the sandbox jail here is weaker than the protocol asks (gate rc=$GATE): see above"
+  if [ "${REQUIRE_FULL_JAIL:-0}" = 1 ]; then say "REFUSED (REQUIRE_FULL_JAIL=1)"; exit 3; fi
 fi
 PLUGIN=()
 python3 -c 'import importlib.metadata as m, sys; sys.exit(0 if any(e.name == "autotune" for e in m.entry_points(group="pytest11")) else 1)' \

@@ -18,9 +18,17 @@
 #                                                      #   .kb-level1 staged and carried; KB_DONE skips earlier items
 #   bash benchmarks/harness/gpu/run_h200.sh xdist      # two-GPU host (issue 13): the suite with -n 0, then -n 2, both
 #                                                      #   stores verified, compared by xdist_compare.py; jail check
+#   bash benchmarks/harness/gpu/run_h200.sh jail       # < 4 min (issue 27): the host's jail facts and plan, jail_check
+#                                                      #   (what each namespace/setting costs CUDA), the GPU cheats
+#                                                      #   (helpers on the GPU, second context, fork bomb, memory hog,
+#                                                      #   side stream, persisting L2) and the jail's cheats on CUDA
 #
-# Run from the repository root. Wheels of packages the host lacks (sqlite-utils and its pure-Python needs) are taken
-# from .whl/ when present. Everything lands in $OUT (default /tmp/h200-out) as it is produced, so a call cut short
+# Run from the repository root, staged by `bash benchmarks/harness/gpu/fetch_wheels.sh` (run where pip works; carry
+# .whl/): the wheels the host lacks (sqlite-utils and its needs, the seccomp bindings, nvidia-ml-py) are installed
+# from .whl/ into .site/. Before measuring, the jail the harness would use here is checked (jail_facts.py --gate): a
+# run that is not staged (no seccomp bindings, no sqlite-utils) is REFUSED (ALLOW_UNSTAGED=1 goes on anyway), and a
+# jail weaker than full is announced loudly on stdout, in log.txt and in $OUT/JAIL-WEAKER-THAN-PROTOCOL.txt
+# (REQUIRE_FULL_JAIL=1 refuses it). Everything lands in $OUT (default /tmp/h200-out) as it is produced, so a call cut short
 # still returns what it finished (harness_plugin.py appends each item to <report>.partial.jsonl). The summary
 # (summarize.py) is printed last; run it here on run1.json and run2.json together for the re-measure numbers.
 # Knobs: RUN_TIMEOUT (seconds for the suite's pytest call, default 470), EXTRA_PYTEST, K (a -k expression),
@@ -61,6 +69,19 @@ EOF
   nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,temperature.gpu --format=csv 2>&1
   python3 -c "import sys, torch, triton, sqlite_utils, hypothesis; print(sys.version.split()[0], 'torch', torch.__version__, torch.version.cuda, 'triton', triton.__version__, 'gpus', torch.cuda.device_count())" 2>&1
 } >>"$LOG" 2>&1
+# ---- the jail this run gets, against what the protocol asks (issue 27)
+run timeout 90 python3 "$HERE/jail_facts.py" --gate --json "$OUT/jail_facts.json"
+GATE=$?
+grep -E "^jail on this host" "$LOG" | tail -1
+if [ "$GATE" = 4 ] && [ "${ALLOW_UNSTAGED:-0}" != 1 ]; then
+  sed -n '/^=====/,/^=====/p' "$LOG" | tail -6
+  say "REFUSED: not staged (bash benchmarks/harness/gpu/fetch_wheels.sh, carry .whl/); ALLOW_UNSTAGED=1 to go on"
+  exit 4
+elif [ "$GATE" != 0 ]; then
+  sed -n '/^=====/,/^=====/p' "$LOG" | tail -30 | tee "$OUT/JAIL-WEAKER-THAN-PROTOCOL.txt"
+  say "WARNING: the sandbox jail here is weaker than the protocol asks (gate rc=$GATE): see above"
+  if [ "${REQUIRE_FULL_JAIL:-0}" = 1 ]; then say "REFUSED (REQUIRE_FULL_JAIL=1)"; exit 3; fi
+fi
 PYT=(python3 -m pytest "${PLUGIN[@]}" -p harness_plugin -p no:cacheprovider --device=cuda ${EXTRA_PYTEST:-})
 suite() {  # suite NAME [pytest args...]: the bundled suite + the two A/A yardsticks in one pytest call
   local name="$1"; shift
@@ -159,7 +180,23 @@ remeasure)
     --junitxml="$OUT/gpu_cheats.xml"
   grep -E "passed|failed|error" "$LOG" | tail -2
   ;;
+jail)
+  # each step's output is in $OUT as soon as it ends, whatever a later step does; the whole mode ends inside 4 min
+  # the host's facts and the plan are in $OUT/jail_facts.json already (the gate above)
+  run timeout 80 python3 "$HERE/jail_check.py" --quick --json "$OUT/jail_check.json"
+  sed -n '/^combination | jail/,/^nvml:/p' "$LOG" | tee "$OUT/jail_check.txt"
+  run timeout 130 python3 -m pytest -p no:cacheprovider -q -rs -s tests/test_cheat_catalog.py -k gpu_cheat \
+    --junitxml="$OUT/gpu_cheats.xml"
+  sed -n '/-k gpu_cheat/,$p' "$LOG" | grep -E "^(softmax_rows|linear_fp32) |passed|failed|error" | tail -14
+  if [ $(( $(date +%s) - T0 )) -lt 150 ]; then  # the jail's own cheats in a CUDA session, if time is left
+    AUTOTUNE_JAIL_TEST_DEVICE=cuda run timeout 75 python3 -m pytest -p no:cacheprovider -q -rs tests/test_jail.py \
+      -k tester --junitxml="$OUT/jail_cuda.xml"
+    sed -n '/tests\/test_jail.py/,$p' "$LOG" | grep -E "passed|failed|error" | tail -2
+  else
+    say "skipped the jail's cheats on CUDA (no time left in 4 min)"
+  fi
+  ;;
 *)
-  echo "unknown mode $MODE (units | cpu-aa | cpu-layout | smoke | full | remeasure | aa-spread | xdist)" >&2; exit 2 ;;
+  echo "unknown mode $MODE (units | cpu-aa | cpu-layout | smoke | full | remeasure | aa-spread | xdist | jail)" >&2; exit 2 ;;
 esac
 say "total $(( $(date +%s) - T0 )) s"

@@ -4,10 +4,11 @@ fork helper processes (four per CPU) that spin; stop them (SIGSTOP) whenever its
 returns. The baseline shares the CPUs with the spinners, the candidate never does. No name is replaced, no
 setting of the sandbox changes and it has no extra thread, so neither the tamper snapshot nor the thread checks
 see anything; the helpers name themselves after this file's path (``comm``), for the test to find them.
-Caught by: the controller, which counts the live processes of the sandbox's *cgroup* after every timed round
-(the jail's cgroup holds every descendant, setsid or not: ``Sandbox.other_processes``) -> integrity. Without a
-cgroup (isolation off, or a machine without a writable cgroup) this cheat is not caught: docs/threat-model.md.
-The helpers die with the sandbox's pid namespace."""
+Caught by: the controller, which counts the live processes of the sandbox's *pid namespace* (the sandbox is its
+init: every descendant, setsid or not, lives there) and of its cgroup where there is one, from the host's /proc,
+before every sample and after every round (measure/helper_watch.py) -> integrity, naming the helpers. Without a pid
+namespace and a cgroup (isolation off) this cheat is not caught: docs/threat-model.md. The helpers die with the
+sandbox's pid namespace."""
 import ctypes
 import hashlib
 import os

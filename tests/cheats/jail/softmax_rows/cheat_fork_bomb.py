@@ -1,7 +1,9 @@
 """JAIL CHEAT: a fork bomb (bounded, so that a run without the jail stays harmless): start processes until the
 system refuses, at most ``TARGET``, each of which sleeps; report how many it got, then kill them and compute
 honestly. Reaching ``TARGET`` means nothing stopped it: the model then refuses to build, naming the count.
-Caught by: the jail's process limit (cgroup ``pids.max`` or ``RLIMIT_NPROC``, ``[sandbox].max_processes``)."""
+Caught by: the jail's process limit, ``[sandbox].max_processes``: cgroup ``pids.max``, else ``RLIMIT_NPROC`` of the
+sandbox's own uid or user namespace, else -- root keeping its uid, as on CUDA -- the task supervisor
+(sandbox/task_limit.py)."""
 import os
 import signal
 

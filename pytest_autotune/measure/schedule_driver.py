@@ -10,8 +10,8 @@ import time
 from typing import Optional
 
 from ..sandbox.runner import Sandbox, SandboxFailure
-from .memory import UNBUDGETED, MemoryPlan, fmt_bytes
 from .helper_watch import HelperWatch
+from .memory import UNBUDGETED, MemoryPlan, fmt_bytes
 from .procstat import CpuWatch
 from .timing_records import ARM_ROLES, SampleRecord, TimingRefused
 

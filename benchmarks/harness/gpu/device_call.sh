@@ -2,6 +2,7 @@
 # Several measuring phases in ONE device call, within one time budget, everything packed as it goes:
 #
 #   BUDGET=570 bash benchmarks/harness/gpu/device_call.sh jail suite kb-l1
+#   K="19_ReLU or 88_" bash benchmarks/harness/gpu/device_call.sh kb-l1:150 jail    # PHASE:SECONDS caps a phase
 #
 # Phases: units, jail, suite (run_h200.sh full: the bundled suite + A/A yardsticks + do_bench), remeasure,
 # anchors (anchors_h200.sh: every anchor, do_bench and KernelBench-style means beside each), kb-l1 (KernelBench
@@ -25,8 +26,10 @@ note() { echo "[device_call $(( $(date +%s) - T0 ))s] $*" | tee -a "$WORK/phases
   echo "git=$(git rev-parse HEAD 2>/dev/null) dirty=$(git status --porcelain 2>/dev/null | wc -l) phases=$*"
   nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv 2>&1
 } >>"$WORK/phases.txt"
-for phase in "$@"; do
+for spec in "$@"; do
+  phase="${spec%%:*}"
   budget=$(left)
+  if [ "$spec" != "$phase" ] && [ "${spec#*:}" -lt "$budget" ]; then budget="${spec#*:}"; fi  # phase:SECONDS caps it
   if [ "$budget" -lt "$MIN_PHASE" ]; then note "skip $phase: ${budget}s left"; continue; fi
   note "start $phase (limit ${budget}s)"
   mkdir -p "$WORK/$phase"

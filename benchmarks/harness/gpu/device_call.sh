@@ -2,7 +2,7 @@
 # Several measuring phases in ONE device call, within one time budget, everything packed as it goes:
 #
 #   BUDGET=570 bash benchmarks/harness/gpu/device_call.sh jail suite kb-l1
-#   K="19_ReLU or 88_" bash benchmarks/harness/gpu/device_call.sh kb-l1:150 jail    # PHASE:SECONDS caps a phase
+#   KB_K="19_ReLU or 88_" bash benchmarks/harness/gpu/device_call.sh kb-l1:150 jail    # PHASE:SECONDS caps a phase
 #
 # Phases: units, jail, suite (run_h200.sh full: the bundled suite + A/A yardsticks + do_bench), remeasure,
 # anchors (anchors_h200.sh: every anchor, do_bench and KernelBench-style means beside each), kb-l1 (KernelBench
@@ -43,7 +43,7 @@ for spec in "$@"; do
       OUT="$WORK/$phase" ANCHORS_TIMEOUT=$(( budget * 6 / 10 )) OUTSIDE_TIMEOUT=$(( budget * 3 / 10 )) \
         timeout -k 10 "$budget" bash benchmarks/harness/gpu/anchors_h200.sh >/dev/null 2>&1 ;;
     kb-l1)
-      OUT="$WORK/$phase" RUN_TIMEOUT=$(( budget - 25 )) timeout -k 10 "$budget" \
+      OUT="$WORK/$phase" K="${KB_K:-reference-aa}" RUN_TIMEOUT=$(( budget - 25 )) timeout -k 10 "$budget" \
         bash benchmarks/harness/gpu/run_h200.sh kb-l1 >/dev/null 2>&1 ;;
     *) note "unknown phase $phase" ;;
   esac

@@ -369,6 +369,8 @@ class KernelFlow:
                                spec.candidate.class_name)
         suffix = f"-p{j}" if n > 1 else ""
         with env.lock.exclusive(), contextlib.ExitStack() as stack:
+            if box is not None:  # the candidate's timing sandbox started with the item: it ends with this pair too
+                stack.enter_context(box)
             if box is None and j % 2 == 1:
                 base = stack.enter_context(self._start(base_init, f"baseline-{spec.item_key}{suffix}", ctx))
                 box = stack.enter_context(self._start(cand_init, f"{spec.item_key}-timing{suffix}", ctx))

@@ -5,6 +5,8 @@ process starts."""
 
 from __future__ import annotations
 
+import gc
+import os
 import time
 from typing import Optional
 
@@ -26,9 +28,18 @@ SETTLE_SLACK_BYTES = GIB // 2
 SETTLE_TIMEOUT_S = 10.0
 
 
+def release(env) -> None:
+    """The controller's own device memory back to the device: what only a reference cycle still holds (a frame an
+    exception's traceback kept, with the tensors it held) is collected, then the allocator's cached blocks go."""
+    if env.device.memory_info() is None:
+        return
+    gc.collect()
+    env.device.release_cached_memory()
+
+
 def device_memory(env) -> Optional[DeviceMemory]:  # env: FlowEnv (typed loosely: flow imports this module)
     """The device as the plan sees it now, after the controller gave its own cached blocks back."""
-    env.device.release_cached_memory()
+    release(env)
     info = env.device.memory_info()
     if info is None:
         return None
@@ -99,7 +110,7 @@ def settle(env, item, after: str) -> None:
     recorded; the next stage's own out-of-memory report names the rest."""
     if not item.ctx.memory.budgeted or item.free_at_start is None:
         return
-    env.device.release_cached_memory()
+    release(env)
     target = item.free_at_start - SETTLE_SLACK_BYTES
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     info = env.device.memory_info()
@@ -108,9 +119,33 @@ def settle(env, item, after: str) -> None:
         info = env.device.memory_info()
     waits = item.ctx.details.setdefault("memory_settle", [])
     if info is not None and info[0] < target:
-        waits.append({"after": after, "short_bytes": target - info[0]})
+        waits.append({"after": after, "short_bytes": target - info[0], **holders(env)})
         item.ctx.warnings.append(f"memory: {fmt_bytes(target - info[0])} of the device's memory had not come back "
                                  f"{SETTLE_TIMEOUT_S:g} s after {after} closed")
 
 
-__all__ = ["device_memory", "footprint", "plan_item", "settle", "DoesNotFit"]
+def holders(env) -> dict:
+    """Who holds the device's memory now (for the record of a shortfall): the controller's own allocation, and every
+    process the driver lists with its bytes and state."""
+    out: dict = {}
+    mine = env.device.peak_memory()
+    if mine is not None:
+        out["controller_allocated_bytes"] = mine[0]
+    from .measure.gpu_processes import open_nvml
+
+    nv, _ = open_nvml()
+    if nv is not None:
+        procs = []
+        for pid, (dev, used) in sorted(nv.running().items()):
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    state = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("State:")), "?")
+            except OSError:
+                state = "gone"
+            procs.append({"pid": pid, "device": dev, "bytes": used, "state": state,
+                          "controller": pid == os.getpid()})
+        out["gpu_processes"] = procs
+    return out
+
+
+__all__ = ["device_memory", "holders", "release", "footprint", "plan_item", "settle", "DoesNotFit"]

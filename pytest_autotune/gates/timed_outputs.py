@@ -38,16 +38,25 @@ class TimedOutputsGate(Gate):
                     "integrity", f"round {ri}: {len(r.prints)} timed outputs reported for {n_calls} calls")
             # B(p1) ran on p1's sets, B(p2) on p2's, and their outputs were kept in that order; golden outputs one
             # set at a time (at published sizes a set is GBs, and both timing sandboxes still hold theirs)
-            goldens = itertools.chain(ctx.golden.iter_stream(r.recipes_p1),  # type: ignore[attr-defined]
-                                      ctx.golden.iter_stream(r.recipes_p2))  # type: ignore[attr-defined]
-            for ci, (gold, fp) in enumerate(zip(goldens, r.prints)):
-                golden = as_list(gold)
-                if len(fp) != len(golden):
-                    return GateOutcome.refuse("integrity", f"round {ri}, call {ci}: output structure changed")
-                for g, f in zip(golden, fp):
-                    problem = check_fingerprint(f, g, ctx.protocol)
-                    if problem:
-                        return GateOutcome.refuse(
-                            "integrity", f"timed round {ri}, candidate call {ci}: {problem} (the candidate's "
-                            "outputs while timed are not the ones it gave the correctness gate)")
+            streams = [ctx.golden.iter_stream(r.recipes_p1), ctx.golden.iter_stream(r.recipes_p2)]  # type: ignore
+            try:
+                problem = self._check_round(ctx, ri, itertools.chain(*streams), r.prints)
+            finally:  # a stream left suspended holds its current input set and output until it is closed
+                for stream in streams:
+                    stream.close()
+            if problem:
+                return problem
+        return None
+
+    def _check_round(self, ctx: GateContext, ri: int, goldens, prints: list) -> Optional[GateOutcome]:
+        for ci, (gold, fp) in enumerate(zip(goldens, prints)):
+            golden = as_list(gold)
+            if len(fp) != len(golden):
+                return GateOutcome.refuse("integrity", f"round {ri}, call {ci}: output structure changed")
+            for g, f in zip(golden, fp):
+                problem = check_fingerprint(f, g, ctx.protocol)
+                if problem:
+                    return GateOutcome.refuse(
+                        "integrity", f"timed round {ri}, candidate call {ci}: {problem} (the candidate's "
+                        "outputs while timed are not the ones it gave the correctness gate)")
         return None

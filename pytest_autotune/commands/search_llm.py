@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -94,7 +93,9 @@ def run_llm(args: argparse.Namespace, tuner_cls: Any, root: Path, protocol: Any)
     if args.dry_run:
         print(f"search: tuner llm, model {s.model} at {s.endpoint}: the first prompt (iteration {first}); nothing "
               "is called, written or measured (--dry-run)")
-        print(json.dumps(target.messages([], first, 1, args.budget, s.max_tokens), indent=1, ensure_ascii=False))
+        for m in target.messages([], first, 1, args.budget, s.max_tokens):
+            print(f"--- {m['role']} ---")
+            print(m["content"])
         return EXIT_OK
     client, redactor = tuner.connect(log_path)
     print(f"search: tuner llm, model {s.model} at {s.endpoint} (max_tokens {s.max_tokens}, temperature "

@@ -203,3 +203,20 @@ def test_unusable_manifest_entries_round_trip(tmp_path):
     (tmp_path / "a.reply.txt").write_text("edited")
     with pytest.raises(AutotuneUsageError, match="changed since autotune search generated it"):
         m.check_files()
+
+
+def test_the_registered_agent_study_names_the_tuners_log_and_marker():
+    """studies.toml's softmax-agent: arms llm and random on a problem with a search template; the llm arm's
+    registered log is where ``autotune search --tuner=llm`` writes it by default, and its marker is the prompt's."""
+    from pytest_autotune.study.registry import StudyEntry, read_entry
+    from pytest_autotune.study.search.runner import default_out
+    from pytest_autotune.study.search.space import find_template
+
+    repo = Path(__file__).resolve().parents[1]
+    _, raw = read_entry(repo, "studies.toml", "study", "softmax-agent")
+    e = StudyEntry.parse("softmax-agent", raw, "studies.toml")
+    assert e.arms == ("llm", "random") and e.problems == ("05_softmax",)
+    problem = repo / "benchmarks/kernels/level1/05_softmax.py"
+    assert find_template(problem).is_file()
+    assert e.calls["llm"] == (default_out("softmax-agent", "llm") / "05_softmax" / "calls.jsonl").as_posix()
+    assert e.markers == {"llm": MARKER}

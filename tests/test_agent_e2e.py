@@ -215,7 +215,7 @@ def test_engine_flag_sets_from_the_declared_space(pytester: pytest.Pytester, tmp
                        "--budget=2", "--study=engine-agent", "--arm=llm", "--", "--autotune-exploratory")
     out = res.stdout.str()
     assert res.ret == 0, out[-4000:] + res.stderr.str()
-    assert '"slots": [\n  1,' in ep.requests[0]["body"]["messages"][1]["content"]  # the declared space
+    assert '"slots": [1, 2, 4, 8, 16]' in ep.requests[0]["body"]["messages"][1]["content"]  # the declared space
     assert "iteration 2 (llm_s0_i002): unusable: --gpu-memory is not in fake's declared flag space" in out
     conn = sqlite3.connect(root / ".autotune/results.db")
     rows = conn.execute("SELECT iteration, candidate, problem, 'accepted', NULL FROM results WHERE study = "

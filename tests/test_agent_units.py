@@ -185,7 +185,8 @@ def test_the_prompt_holds_the_problem_the_baselines_and_every_outcome(tmp_path):
     _, user = engine_messages(engine="vllm", description="d", server_flags={"dtype": "float32"},
                               workload={"name": "short"}, space={"max-num-seqs": [4, 8]}, history=[], iteration=1,
                               position=1, budget=2, max_tokens=64)
-    assert '"max-num-seqs": [\n  4,\n  8\n ]' in user["content"] and "None yet" in user["content"]
+    assert '{\n "max-num-seqs": [4, 8]\n}' in user["content"] and "None yet" in user["content"]
+    assert "faster than the engine's default." in user["content"]
 
 
 def test_unusable_manifest_entries_round_trip(tmp_path):

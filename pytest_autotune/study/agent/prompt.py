@@ -67,10 +67,10 @@ def _history(history: Sequence[IterationOutcome], lang: str) -> str:
     return "\n".join(lines)
 
 
-def _now(history: Sequence[IterationOutcome], iteration: int, position: int, budget: int, what: str) -> str:
+def _now(history: Sequence[IterationOutcome], iteration: int, position: int, budget: int, what: str,
+         baseline: str) -> str:
     b = best(history)
-    target = (f"the best so far ({b.speedup:.3f}x, iteration {b.iteration})" if b is not None
-              else "the strongest frozen baseline")
+    target = f"the best so far ({b.speedup:.3f}x, iteration {b.iteration})" if b is not None else baseline
     return (f"This is iteration {iteration} (call {position} of {budget} in this search). {what} that is faster "
             f"than {target}.")
 
@@ -87,7 +87,8 @@ def kernel_messages(*, problem: Path, problem_rel: str, device: str, baselines: 
         parts.append(f"- `{name}` ({rel}):\n```python\n{text.rstrip()}\n```")
     parts += ["The harness times each candidate against the fastest of these on this device and names it in the "
               "outcome.", "", "# Your earlier iterations on this problem", _history(history, "python"), "",
-              "# Now", _now(history, iteration, position, budget, "Write a correct `ModelNew`")]
+              "# Now", _now(history, iteration, position, budget, "Write a correct `ModelNew`",
+                                    "the strongest frozen baseline")]
     return [{"role": "system", "content": KERNEL_SYSTEM.format(marker=MARKER, max_tokens=max_tokens)},
             {"role": "user", "content": "\n".join(parts)}]
 
@@ -100,12 +101,13 @@ def engine_messages(*, engine: str, description: str, server_flags: Mapping[str,
              f"Both arms (the default and your configuration) run with these flags: "
              f"{json.dumps(dict(server_flags), sort_keys=True)}", "",
              f"# Workload `{workload.get('name', '?')}`",
-             f"```json\n{json.dumps(dict(workload), indent=1, sort_keys=True)}\n```", "",
+             f"```json\n{json.dumps(dict(workload), sort_keys=True)}\n```", "",
              "# The declared flag space (flag: its choices)",
-             f"```json\n{json.dumps({k: list(v) for k, v in space.items()}, indent=1)}\n```"]
+             "```json\n{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(list(v))}" for k, v in space.items())
+             + "\n}\n```"]
     if default_note:
         parts.append(default_note)
     parts += ["", "# Your earlier iterations", _history(history, "json"), "", "# Now",
-              _now(history, iteration, position, budget, "Choose a configuration")]
+              _now(history, iteration, position, budget, "Choose a configuration", "the engine's default")]
     return [{"role": "system", "content": ENGINE_SYSTEM.format(marker=MARKER, max_tokens=max_tokens)},
             {"role": "user", "content": "\n".join(parts)}]

@@ -30,13 +30,14 @@ from .gates.base import (
 )
 from .gates.compare import compare_outputs
 from .golden import Golden
+from .item_memory import DoesNotFit, plan_item, settle
 from .item_run import FlowEnv, FlowVerdict, ItemRun
 from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
 from .jsonable import jsonable
-from .measure.schedule import TimingEvidence, TimingRefused, pooled_overhead, run_paired_timing
-from .measure.stats import clustered_estimate
+from .measure.memory import UNBUDGETED, MemoryPlan
+from .measure.schedule import TimingEvidence, TimingRefused, pool_process_pairs, run_paired_timing
 from .problems.discovery import baselines_for
 from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
@@ -112,7 +113,7 @@ class KernelFlow:
             ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
     def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, probes: Optional[dict[str, dict]] = None,
-                share: int = 1) -> TimingEvidence:
+                share: int = 1, memory: MemoryPlan = UNBUDGETED) -> TimingEvidence:
         """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over up to that many pairs
         of processes, each with that share of the budget and of the maximum pair count, and its share of the
         minimum among the MIN_PROCESS_PAIRS that always run."""
@@ -129,11 +130,11 @@ class KernelFlow:
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
                                  budget_scale=env.budget_scale / share, sample_cpus=env.cpus,
-                                 probes=probes)
+                                 probes=probes, memory=memory)
 
     # ------------------------------------------------------------------------------------------ baseline
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
-                        golden: Golden) -> BaselineChoice:
+                        golden: Golden, item: Optional[ItemRun] = None) -> BaselineChoice:
         """The strongest frozen baseline on this device: the reference, or a declared baseline (a file under
         ``baselines/<problem>/``) that is correct and, timed paired against the reference here, faster.
         Computed once per problem and device per process; the caller holds the device exclusively."""
@@ -159,13 +160,18 @@ class KernelFlow:
                                                                            f"seed {recipe['seed']}")).ok else c.reason)
                         if bad:
                             raise ProblemLoadError(str(b.path), f"declared baseline is not correct: {bad}")
+                    golden.clear()
+                    memory = item.ctx.memory if item is not None else UNBUDGETED
                     with self._start(self._init(problem_src, sizes, golden.init_seed, "baseline", None, "Model"),
                                      f"reference-{pref.name}") as ref:
-                        ev = self._timing(box, ref, seeds)
+                        ev = self._timing(box, ref, seeds, memory=memory)
             except (ProblemLoadError, CandidateFailure, CandidateRefusal, TimingRefused, SandboxFailure) as e:
                 best.errors.append(f"baseline {b.name} ignored: {getattr(e, 'reason', e)}")
                 best.considered[b.name] = None
                 continue
+            finally:
+                if item is not None:
+                    settle(env, item, f"declared baseline {b.name}'s sandboxes")
             assert ev.estimate is not None
             best.considered[b.name] = ev.estimate.speedup
             if ev.estimate.speedup > best.gain_vs_reference:
@@ -196,10 +202,19 @@ class KernelFlow:
                           device=env.device, seeds=seeds, sizes=sizes, measuring=env.measuring, golden=golden)
         ctx.candidate_sha256 = cand_src.sha256 if cand_src else None
         item = ItemRun(spec, ctx, problem_src, cand_src, problem, sizes, init_seed, golden, started)
+        try:  # the item's device memory, planned before any sandbox starts (measure/memory.py)
+            ctx.memory = plan_item(env, item)
+        except DoesNotFit as e:
+            return FlowVerdict(self._outcome(spec, "error", "memory", f"{spec.problem.name}: {e}",
+                                             warnings=tuple(ctx.warnings), details=item_details(item)))
+        except ProblemLoadError as e:
+            return FlowVerdict(self._outcome(spec, "rejected", "load", f"{e.path}: {e.reason}",
+                                             details=item_details(item)))
         try:
             return self._run(item)
         except SandboxFailure as e:
-            gate = "timing" if "timing" in e.detail or "warm-up" in e.detail else "sandbox"
+            gate = "memory" if e.kind == "memory" and "device memory" in e.detail else \
+                "timing" if "timing" in e.detail or "warm-up" in e.detail else "sandbox"
             return FlowVerdict(self._outcome(spec, "error", gate, str(e), warnings=tuple(ctx.warnings),
                                              details=item_details(item)))
         except ProblemLoadError as e:
@@ -228,7 +243,7 @@ class KernelFlow:
             t0 = time.perf_counter()
             with env.lock.exclusive():
                 item.choice = self.baseline_choice(spec.problem, item.problem_src, item.problem, item.sizes,
-                                                   item.golden)
+                                                   item.golden, item)
             ctx.details.setdefault("stage_seconds", {})["baseline_choice"] = round(time.perf_counter() - t0, 4)
             ctx.baseline = item.choice
             ctx.warnings.extend(item.choice.errors)
@@ -243,6 +258,7 @@ class KernelFlow:
         with env.lock.shared():
             box = self._start(init, spec.item_key, ctx)
         item.boxes["candidate"] = box
+        probe: Optional[dict] = None
         with box:
             self._adopt(ctx, box)
             for stage in ("correctness", "probe"):
@@ -255,14 +271,19 @@ class KernelFlow:
                     spec, "accepted", None, "correctness and probes passed (not timed: run with --autotune)",
                     baseline=item.baseline_name, warnings=tuple(ctx.warnings), details=item_details(item)))
             if not env.protocol.timing.fresh_sandboxes:
+                item.golden.clear()
                 timed_refusal = self._timed(item, box)
                 if timed_refusal:
                     return timed_refusal
             else:
                 probe = self._probe_graphs(box, ctx)
-                if probe is not None:
-                    item.probes["B"] = probe
-                    item.probes["A"] = self._baseline_probe(item)
+        item.golden.clear()  # correctness and probes are done: their golden outputs go before timing
+        settle(env, item, "the correctness sandbox")
+        if env.protocol.timing.fresh_sandboxes and probe is not None:
+            item.probes["B"] = probe
+            # the baseline's probe: in a sandbox of its own, started once the candidate's has closed (A/A: the
+            # candidate's sandbox ran the same reference, and its probe is the baseline's)
+            item.probes["A"] = probe if spec.candidate.name == AA_CANDIDATE_NAME else self._baseline_probe(item)
         if env.protocol.timing.fresh_sandboxes:
             # both arms start timing from the same process history: a candidate sandbox as fresh as the baseline's
             with env.lock.shared():
@@ -284,6 +305,8 @@ class KernelFlow:
         that fails can leave the candidate's own streams capturing for good, and that process with them."""
         if not float(self.env.device.options.get("graph_below_s", 0.0) or 0.0):
             return None
+        if ctx.memory.release_between_calls:
+            box.request({"cmd": "release", "fingerprint": None}, phase="graph probe")
         reply = box.request({"cmd": "probe_graphs",
                              "warmup": {"seed": ctx.seeds.seed("graph-probe"), "count": 3}}, phase="graph probe")
         if not reply.get("ok"):
@@ -302,6 +325,7 @@ class KernelFlow:
                     env.baseline_probes[key] = self._probe_graphs(box, item.ctx) or {}
                 except CandidateFailure:  # the baseline cannot be probed: no graph timing known for it -> eager
                     env.baseline_probes[key] = {}
+            settle(env, item, "the baseline's probe sandbox")
         return env.baseline_probes[key]
 
     def _adopt(self, ctx: GateContext, box: Sandbox) -> None:
@@ -357,7 +381,7 @@ class KernelFlow:
                 item.boxes[f"candidate (timing){suffix}"] = box
             item.boxes[f"baseline{suffix}"] = base
             try:
-                ev = self._timing(box, base, ctx.seeds, item.probes, share=n)
+                ev = self._timing(box, base, ctx.seeds, item.probes, share=n, memory=ctx.memory)
             except TimingRefused as e:
                 return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
             ctx.timing = ev
@@ -366,29 +390,12 @@ class KernelFlow:
             refused = self._run_stage(ctx, "integrity")
             if refused:
                 return self._refused(item, refused)
+        item.golden.clear()
+        settle(env, item, f"the timing sandboxes{suffix}")
         return None
 
     def _pooled(self, runs: list[TimingEvidence], planned: int) -> TimingEvidence:
-        """The measurement of several pairs of processes, pooled by ``[statistics].pooling``, the CI resampling pairs
-        of processes (measure/stats.py ``clustered_estimate``). ``planned``: how many the protocol allowed."""
-        st = self.env.protocol.statistics
-        plan = self.env.protocol.timing_plan(self.env.device_spec.name)
-        est = clustered_estimate([ev.pairs() for ev in runs], level=st.ci_level, resamples=st.bootstrap_resamples,
-                                 seed=len(runs), pooling=st.pooling_rule)
-        per_pair = [{"speedup": ev.estimate.speedup if ev.estimate else None,
-                     "ci": [ev.estimate.ci_low, ev.estimate.ci_high] if ev.estimate else None,
-                     "n_pairs": ev.estimate.n_pairs if ev.estimate else 0, "calls_per_sample": ev.calls_per_sample,
-                     "stop_reason": ev.stop_reason} for ev in runs]
-        last = runs[-1]
-        return dataclasses.replace(
-            last, rounds=[r for ev in runs for r in ev.rounds], estimate=est,
-            ci_target_met=est.rel_width <= plan.ci_target_rel_width,
-            stop_reason=(f"{len(runs)} pairs of processes" + ("" if len(runs) == planned else
-                         f" of {planned} (the item budget was spent before the next one started)")
-                         + f" ({'; '.join(ev.stop_reason for ev in runs)})"),
-            elapsed_s=sum(ev.elapsed_s for ev in runs), timed_s=sum(ev.timed_s for ev in runs),
-            overhead=pooled_overhead(runs),
-            calibration={**last.calibration, "process_pairs": per_pair})
+        return pool_process_pairs(runs, planned, self.env.protocol, self.env.device_spec.name)
 
     def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:
         ctx = item.ctx

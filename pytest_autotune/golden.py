@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Iterator, Optional
 
 import torch
 
 from .measure.devices.base import Device
-from .problems.inputs import materialize, materialize_stream
+from .problems.inputs import iter_stream, materialize
 from .problems.loader import LoadedProblem
 
 #: bytes of golden outputs kept per item (the least recently used go first)
@@ -31,7 +31,12 @@ def output_bytes(out: Any) -> int:
 
 
 class Golden:
-    """``golden(recipe)`` → the reference's output on the recipe's inputs (a tensor or a tuple of tensors)."""
+    """``golden(recipe)`` → the reference's output on the recipe's inputs (a tensor or a tuple of tensors).
+
+    The last output computed is kept whatever its size (a gate asks for it once while the sandbox computes and
+    once to compare); others are cached within :attr:`cache_bytes`, which the item's memory plan sets
+    (measure/memory.py). :meth:`clear` drops them all, and gives the allocator's cached blocks back to the device,
+    before the item's next stage."""
 
     def __init__(self, problem: LoadedProblem, device: Device, sizes: dict, init_seed: int,
                  cache_bytes: int = CACHE_BYTES) -> None:
@@ -43,6 +48,7 @@ class Golden:
         self._models: dict[str, Any] = {}
         self._cache: "OrderedDict[str, Any]" = OrderedDict()
         self._cached = 0
+        self._last: Optional[tuple[str, Any]] = None
         # MLX is the held-out leg: its golden outputs come from the torch reference on the CPU
         self.on_device = device.framework == "torch"
 
@@ -62,39 +68,39 @@ class Golden:
             return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
         return materialize(self.problem, r)
 
-    def stream(self, recipe: dict) -> list:
-        """The golden outputs of a stream recipe's input sets, in order (not cached: a timing group's sets are
-        each seen once)."""
+    def iter_stream(self, recipe: dict) -> Iterator[Any]:
+        """The golden outputs of a stream recipe's input sets, in order, one at a time: each set is built, run and
+        dropped before the next (a timing group's sets are each seen once; at published sizes one set is GBs)."""
         r = dict(recipe)
         r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
         model = self._model(r["sizes"])
-        if self.on_device:
-            sets = materialize_stream(self.problem, r, self.device.to_device, self.device.generation_device())
-        else:
-            sets = materialize_stream(self.problem, r)
-        outs = []
-        with torch.no_grad():
-            for xs in sets:
-                out = model(*xs)
-                outs.append(out.detach() if isinstance(out, torch.Tensor) else tuple(
-                    o.detach() if isinstance(o, torch.Tensor) else o for o in out))
-        return outs
+        sets = (iter_stream(self.problem, r, self.device.to_device, self.device.generation_device())
+                if self.on_device else iter_stream(self.problem, r))
+        for xs in sets:
+            with torch.no_grad():
+                out = _detached(model(*xs))
+            del xs
+            yield out
+
+    def stream(self, recipe: dict) -> list:
+        """All of :meth:`iter_stream` at once (small problems, tests)."""
+        return list(self.iter_stream(recipe))
 
     def __call__(self, recipe: dict) -> Any:
         key = json.dumps(recipe, sort_keys=True)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
+        self._last = None  # the previous output goes before the next one is computed
         sizes = {**self.sizes, **(recipe.get("sizes") or {})}
         model = self._model(sizes)
         inputs = self.inputs(recipe)
         with torch.no_grad():
             out = model(*inputs)
         del inputs
-        if isinstance(out, torch.Tensor):
-            out = out.detach()
-        elif isinstance(out, (list, tuple)):
-            out = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in out)
+        out = _detached(out)
         size = output_bytes(out)
         while self._cache and self._cached + size > self.cache_bytes:
             _, old = self._cache.popitem(last=False)
@@ -102,7 +108,41 @@ class Golden:
         if size <= self.cache_bytes:
             self._cache[key] = out
             self._cached += size
+        self._last = (key, out)
         return out
+
+    def clear(self) -> None:
+        """Drop every golden output held, and the allocator's cached blocks with them (the models stay)."""
+        self._cache.clear()
+        self._cached = 0
+        self._last = None
+        if self.on_device:
+            self.device.release_cached_memory()
+
+    def measure(self, recipe: dict) -> tuple[Any, Optional[int]]:
+        """Compute ``recipe``'s golden output and what the reference's call held on the device beyond its
+        inputs, its output and its parameters (its transient workspace), or None where the device cannot say."""
+        sizes = {**self.sizes, **(recipe.get("sizes") or {})}
+        self._model(sizes)
+        self.clear()
+        self.device.reset_peak_memory()
+        before = self.device.peak_memory()
+        inputs = self.inputs(recipe)
+        in_bytes = output_bytes(inputs)
+        del inputs
+        out = self(recipe)
+        after = self.device.peak_memory()
+        if before is None or after is None:
+            return out, None
+        return out, max(0, after[1] - before[0] - in_bytes - output_bytes(out))
+
+
+def _detached(out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.detach()
+    if isinstance(out, (list, tuple)):
+        return tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in out)
+    return out
 
 
 __all__ = ["Golden", "output_bytes"]

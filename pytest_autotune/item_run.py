@@ -43,6 +43,7 @@ class FlowEnv:
     baselines: dict = field(default_factory=dict)  # (problem path, sha, device) -> BaselineChoice
     problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
     baseline_probes: dict = field(default_factory=dict)  # (problem path, baseline sha, device) -> graph probe
+    footprints: dict = field(default_factory=dict)  # (problem sha, sizes, device) -> measure.memory.CallFootprint
 
 
 @dataclass
@@ -70,6 +71,8 @@ class ItemRun:
     #: arm -> its graph-capture probe, made in a sandbox that is not timed (the candidate's: the correctness one)
     probes: dict = field(default_factory=dict)
     boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
+    #: the device's free memory when the item's plan was made (item_memory.settle waits for it to come back)
+    free_at_start: Optional[int] = None
 
     @property
     def baseline_name(self) -> str:

@@ -28,6 +28,7 @@ class Options:
     study_manifest: Optional[Path] = None
     remeasure: Optional[str] = None
     plots: Optional[Path] = None
+    device_memory: Optional[int] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -53,4 +54,5 @@ class Options:
             if g("autotune_study_manifest") else None,
             remeasure=g("autotune_remeasure"),
             plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
+            device_memory=g("autotune_device_memory"),
         )

@@ -52,6 +52,17 @@ def _iteration(value: str) -> int:
     return v
 
 
+def _size(text: str) -> int:
+    import argparse
+
+    from .measure.memory import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _seed(value: str) -> int:
     import argparse
 
@@ -93,6 +104,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "otherwise refuse to record and name the files.")
     g.addoption("--autotune-probe-seed", dest="autotune_probe_seed", default=None, type=_seed, metavar="N",
                 help="replay the hypothesis cheat probes with this seed (printed when a probe fails).")
+    g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
+                help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
+                     "GPU with other work, or give the CPU a device memory so that memory planning can be tried "
+                     "there (docs/architecture.md, 'Memory planned per device').")
     # studies (docs/studies.md)
     g.addoption("--study", dest="autotune_study", default=None, metavar="NAME",
                 help="attach every item's result or refusal to study NAME (with --arm, and --iteration).")

@@ -102,6 +102,9 @@ class ProbesSection:
     max_examples: int = _f(ge=0)
     shape_examples: int = _f(ge=0)
     deadline_s: float = _f(gt=0.0)
+    # optional (protocols 1-5 have no such key: "any", every probe scale up to the dtype's largest value);
+    # gates/probe_domain.py
+    magnitudes: str = _f(default="any", choices=("any", "overflow-safe"))
 
 
 @dataclass(frozen=True)
@@ -186,6 +189,13 @@ class BandsSection:
 
 
 @dataclass(frozen=True)
+class MemorySection:
+    """Device memory planned across an item's processes (measure/memory.py); optional (protocols 1-5: defaults)."""
+    headroom: float = _f(default=0.05, ge=0.0, le=0.5)
+    process_overhead_mb: int = _f(default=1024, ge=0)
+
+
+@dataclass(frozen=True)
 class StudiesSection:
     """Studies (docs/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
 
@@ -239,6 +249,7 @@ class Protocol:
     studies: StudiesSection = _f()
     surface: SurfaceSection = _f()
     engines: EnginesSection = _f()
+    memory: MemorySection = _f(default=MemorySection())
     # not from the file:
     sha256: str = field(default="", compare=False)
     path: str = field(default="", compare=False)

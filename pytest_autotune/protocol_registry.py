@@ -27,6 +27,10 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # "process-medians" (new, optional key); [devices.cuda].process_pairs = 2 (new, optional key: two pairs on
     # the GPU, as under protocol 4). docs/harness.md, "A/A across processes: protocol 5"
     "5": "29787bbfb6603e0dafa84e2ef10c1c1446f72b7756489f5438b0b0739f4f84c9",
+    # 6: [memory] (new, optional section): device memory planned across an item's processes, headroom 5%, 1 GiB a
+    # process; [probes].magnitudes = "overflow-safe" (new, optional key): probe values within the range where a sum
+    # of squares stays finite (KernelBench at published sizes: issue 25, docs/results-h200.md)
+    "6": "c9ecd4d8d6d5e1ccb85ba48e1861f8d4c9c57bdde48c85fbb61b29d605127570",
 }
 
 

@@ -159,12 +159,14 @@ class AutotuneSession:
         return int(wid) if wid.isdigit() else 0
 
     def _device_options(self) -> dict:
+        memory = {"memory_bytes": self.opts.device_memory} if self.opts.device_memory else {}
         if self.opts.device == "cuda":
             c = self.protocol.devices.cuda
-            return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s}
+            return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s,
+                    "process_overhead_bytes": self.protocol.memory.process_overhead_mb << 20, **memory}
         if self.opts.device == "cpu":
-            return {"cache_flush_factor": self.protocol.devices.cpu.cache_flush_factor}
-        return {}
+            return {"cache_flush_factor": self.protocol.devices.cpu.cache_flush_factor, **memory}
+        return memory
 
     def _open_store(self, prestart: bool = False) -> None:
         from .store import ResultStore

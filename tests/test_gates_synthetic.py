@@ -327,7 +327,7 @@ def test_timed_outputs_refuses_a_stale_timed_answer():
     for rd in ev.rounds:
         rd.prints = [prints(float(rd.recipes_p1["seed"])), prints(float(rd.recipes_p2["seed"]))]
     ctx = _ctx(ev)
-    ctx.golden = SimpleNamespace(stream=lambda recipe: [golden[recipe["seed"]]])  # type: ignore[assignment]
+    ctx.golden = SimpleNamespace(iter_stream=lambda recipe: iter([golden[recipe["seed"]]]))  # type: ignore[assignment]
     assert TimedOutputsGate().check(ctx, "integrity") is None
     ev.rounds[1].prints[1] = prints(0.0)  # round 1's second call returned round 0's answer
     refused = TimedOutputsGate().check(ctx, "integrity")

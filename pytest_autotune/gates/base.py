@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional
 
+from ..measure.memory import UNBUDGETED, MemoryPlan
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure.devices.base import Device
     from ..measure.schedule import TimingEvidence
@@ -20,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..problems.model import BaselineRef, CandidateRef
     from ..protocol import Protocol
     from ..result import Measurement
-    from ..sandbox.runner import Sandbox
+    from ..sandbox.runner import Sandbox, SandboxFailure
     from ..seeds import SeedSource
     from .received import CandidateCall
 
@@ -109,6 +111,8 @@ class GateContext:
     evidence: Evidence = field(default_factory=Evidence)
     #: free-form facts for the report (custom gates may add theirs; nothing downstream depends on them)
     details: dict = field(default_factory=dict)
+    #: what every process of the item may hold on the device (measure/memory.py); unbudgeted on the CPU
+    memory: MemoryPlan = field(default_factory=lambda: UNBUDGETED)
 
     def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None,
                           meanwhile: Optional[Callable[[], Any]] = None) -> list["CandidateCall"]:
@@ -120,10 +124,18 @@ class GateContext:
 
         assert self.sandbox is not None
         wait = self.protocol.correctness.recheck_delay_s if delay is None else delay
-        self.sandbox.send({"cmd": "outputs", "recipes": recipes, "recheck_delay": wait}, phase="correctness")
-        if meanwhile is not None:
+        plan = self.memory
+        if not plan.golden_concurrent and hasattr(self.golden, "clear"):
+            self.golden.clear()  # the last golden output goes before the candidate's call (the plan's order)
+        self.sandbox.send({"cmd": "outputs", "recipes": recipes, "recheck_delay": wait,
+                           "release_memory": plan.release_between_calls}, phase="correctness")
+        if meanwhile is not None and plan.golden_concurrent:
             meanwhile()
         reply = self.sandbox.receive(phase="correctness")
+        if reply.get("oom"):
+            raise memory_failure(reply, "the candidate's correctness calls", plan)
+        if meanwhile is not None and not plan.golden_concurrent:
+            meanwhile()
         if not reply.get("ok"):
             if reply.get("refusal"):
                 raise CandidateRefusal(str(reply.get("error")))
@@ -136,6 +148,20 @@ class GateContext:
             return receive_calls(self.device, recipes, results, wait)
         except ExportError as e:
             raise CandidateRefusal(f"an output handle is not what it claims: {e}") from None
+
+
+def memory_failure(reply: dict, what: str, plan: MemoryPlan) -> "SandboxFailure":
+    """A sandbox ran out of device memory: an error of the item (not the arm's answer), with the plan's numbers."""
+    from ..measure.memory import fmt_bytes
+    from ..sandbox.runner import SandboxFailure
+
+    free = reply.get("free_bytes")
+    planned = (f"; the item's memory plan had {fmt_bytes(plan.available_bytes)} to share, "
+               f"stages {', '.join(f'{k} {fmt_bytes(v)}' for k, v in plan.needs.items())}") if plan.budgeted else ""
+    return SandboxFailure("memory", f"{what} ran out of device memory ({reply.get('error')})"
+                          + (f"; {fmt_bytes(free)} free afterwards" if isinstance(free, int) else "") + planned
+                          + ": free the device (other processes hold memory), or declare smaller sizes for this "
+                          "device in the problem's AUTOTUNE_SIZES")
 
 
 class CandidateFailure(Exception):

@@ -13,7 +13,7 @@ Inputs on which the reference itself is not finite are skipped: the probe tests 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
 from ..problems.inputs import LAYOUTS, PATTERNS
+from ..problems.model import AA_CANDIDATE_NAME
 from ..protocol import Protocol
 from .base import CandidateFailure, Gate, GateContext, GateOutcome
 from .compare import as_list, compare_outputs
+from .probe_domain import bounded, max_magnitude
 
 SCALES = (1e-3, 1.0, 1e3, 1e6, 1e12, 1e30)
 
@@ -34,35 +36,43 @@ class ProbeMismatch(AssertionError):
         self.recipe = recipe
 
 
-def explicit_recipes(signature: list[dict], base_seed: int) -> list[dict]:
-    """Adversarial examples that always run: every float input negative, zero, huge, non-contiguous."""
+def explicit_recipes(signature: list[dict], base_seed: int, layouts: Sequence[str] = LAYOUTS,
+                     cap: Optional[float] = None) -> list[dict]:
+    """Adversarial examples that always run: every float input negative, zero, huge, non-contiguous. ``layouts``:
+    those the item's memory plan allows (a transposed input where it fits, else another that does); ``cap``: the
+    domain's largest magnitude (gates/probe_domain.py)."""
     n = len(signature)
 
     def each(p: Optional[dict]) -> list:
-        return [p if s.get("floating") else None for s in signature]
+        return [bounded(p, cap) if s.get("floating") else None for s in signature]
 
+    strided = next((lay for lay in ("transpose", "stride", "offset") if lay in layouts), None)
     out = [
         {"seed": base_seed, "values": each({"name": "negative"})},
         {"seed": base_seed + 1, "values": each({"name": "alternating_sign"})},
         {"seed": base_seed + 2, "values": each({"name": "mixed_magnitude", "seed": 3})},
-        {"seed": base_seed + 3, "layout": ["transpose" if s.get("tensor") else None for s in signature]},
+        {"seed": base_seed + 3, "layout": [strided if s.get("tensor") else None for s in signature]},
         {"seed": base_seed + 4, "values": each({"name": "large", "scale": 1e6})},
         {"seed": base_seed + 5, "values": each({"name": "zeros"})},
     ]
+    if strided is None:
+        del out[3]
     return out if n else []
 
 
-def recipe_strategy(signature: list[dict], shape_ranges: dict[str, tuple[int, int]]) -> st.SearchStrategy:
+def recipe_strategy(signature: list[dict], shape_ranges: dict[str, tuple[int, int]],
+                    layouts: Sequence[str] = LAYOUTS, cap: Optional[float] = None) -> st.SearchStrategy:
     pattern = st.one_of(
         st.none(),
         st.fixed_dictionaries({
             "name": st.sampled_from(PATTERNS),
             "scale": st.sampled_from(SCALES),
             "seed": st.integers(0, 2**31 - 1),
-        }),
+        }).map(lambda p: bounded(p, cap)),
     )
     values = st.tuples(*[pattern if s.get("floating") else st.none() for s in signature]).map(list)
-    layout = st.tuples(*[st.sampled_from(LAYOUTS) if s.get("tensor") else st.none() for s in signature]).map(list)
+    layout = st.tuples(*[st.sampled_from(tuple(layouts)) if s.get("tensor") else st.none()
+                         for s in signature]).map(list)
     fields: dict[str, Any] = {"seed": st.integers(0, 2**62), "values": values, "layout": layout}
     if shape_ranges:
         fields["sizes"] = st.fixed_dictionaries({k: st.integers(lo, hi) for k, (lo, hi) in shape_ranges.items()})
@@ -70,11 +80,12 @@ def recipe_strategy(signature: list[dict], shape_ranges: dict[str, tuple[int, in
 
 
 def run_probe(check_one: Callable[[dict], None], signature: list[dict], shape_ranges: dict, examples: int,
-              probe_seed: int, deadline_s: float) -> dict:
+              probe_seed: int, deadline_s: float, layouts: Sequence[str] = LAYOUTS,
+              cap: Optional[float] = None) -> dict:
     """Run explicit recipes, then ``examples`` hypothesis-drawn ones. Raises :class:`ProbeMismatch`."""
     started = time.monotonic()
     ran = {"explicit": 0, "random": 0, "skipped": 0}
-    for r in explicit_recipes(signature, probe_seed % (2**40)):
+    for r in explicit_recipes(signature, probe_seed % (2**40), layouts, cap):
         try:
             check_one(r)
             ran["explicit"] += 1
@@ -86,7 +97,7 @@ def run_probe(check_one: Callable[[dict], None], signature: list[dict], shape_ra
     @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
               phases=(Phase.explicit, Phase.generate), suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
     @seed(probe_seed)
-    @given(recipe_strategy(signature, shape_ranges))
+    @given(recipe_strategy(signature, shape_ranges, layouts, cap))
     def probe(recipe: dict) -> None:
         if time.monotonic() - started > deadline_s:
             return
@@ -120,13 +131,26 @@ class ProbeGate(Gate):
         if p.probes.max_examples == 0 and p.probes.shape_examples == 0:
             ctx.evidence.probes = {"status": "disabled"}
             return None
-        from .correctness import ctx_inputs
+        if ctx.candidate.name == AA_CANDIDATE_NAME:  # the reference against itself: nothing to probe
+            ctx.evidence.probes = {"status": "disabled", "reason": "A/A: the candidate is the reference"}
+            return None
+        if not ctx.memory.patterns:
+            ctx.evidence.probes = {"status": "disabled", "reason": "; ".join(
+                n for n in ctx.memory.notes if n.startswith("probes skipped")) or "memory"}
+            ctx.warnings.append("probes disabled by the item's memory plan: an adversarial input set does not fit "
+                                "the device beside the call (details.memory)")
+            return None
+        from ..problems.footprint import meta_signature
 
-        sig_inputs = ctx_inputs(ctx, {"seed": ctx.seeds.seed("probe-signature")})
-        from ..problems.inputs import inputs_signature
+        signature = meta_signature(ctx.problem, ctx.sizes)
+        if signature is None:  # get_inputs() does not run on meta tensors: a real set, built once
+            from ..problems.inputs import inputs_signature
+            from .correctness import ctx_inputs
 
-        signature = inputs_signature(sig_inputs)
+            signature = inputs_signature(ctx_inputs(ctx, {"seed": ctx.seeds.seed("probe-signature")}))
         probe_seed = self.probe_seed_override if self.probe_seed_override is not None else ctx.seeds.seed("probe")
+        cap = max_magnitude(p.probes.magnitudes, ctx.problem, signature)
+        layouts = tuple(ctx.memory.layouts) if ctx.memory.budgeted else LAYOUTS
         failures: list[ProbeMismatch] = []
 
         def check_one(recipe: dict) -> None:
@@ -167,12 +191,17 @@ class ProbeGate(Gate):
 
         ranges = ctx.problem.shape_ranges if p.probes.shape_examples else {}
         summary: dict[str, Any] = {"seed": probe_seed}
+        if cap is not None:
+            summary["max_magnitude"] = cap
+        if tuple(layouts) != LAYOUTS:
+            summary["layouts"] = list(layouts)
         try:
-            ran = run_probe(check_one, signature, {}, p.probes.max_examples, probe_seed, p.probes.deadline_s)
+            ran = run_probe(check_one, signature, {}, p.probes.max_examples, probe_seed, p.probes.deadline_s,
+                            layouts, cap)
             summary.update(ran)
             if ranges:
                 ran2 = run_probe(lambda r: check_one({**r, "values": None, "layout": None}), signature, ranges,
-                                 p.probes.shape_examples, probe_seed ^ 0x5A5A, p.probes.deadline_s)
+                                 p.probes.shape_examples, probe_seed ^ 0x5A5A, p.probes.deadline_s, layouts, cap)
                 summary["shapes"] = ran2["random"]
         except ProbeMismatch as e:
             first = failures[0] if failures else e

@@ -9,6 +9,7 @@ while it is checked, replays a stale answer, or leaves its real work to whatever
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from typing import Optional
 
@@ -35,8 +36,10 @@ class TimedOutputsGate(Gate):
             if len(r.prints) != n_calls:
                 return GateOutcome.refuse(
                     "integrity", f"round {ri}: {len(r.prints)} timed outputs reported for {n_calls} calls")
-            # B(p1) ran on p1's sets, B(p2) on p2's, and their outputs were kept in that order
-            goldens = ctx.golden.stream(r.recipes_p1) + ctx.golden.stream(r.recipes_p2)  # type: ignore[attr-defined]
+            # B(p1) ran on p1's sets, B(p2) on p2's, and their outputs were kept in that order; golden outputs one
+            # set at a time (at published sizes a set is GBs, and both timing sandboxes still hold theirs)
+            goldens = itertools.chain(ctx.golden.iter_stream(r.recipes_p1),  # type: ignore[attr-defined]
+                                      ctx.golden.iter_stream(r.recipes_p2))  # type: ignore[attr-defined]
             for ci, (gold, fp) in enumerate(zip(goldens, r.prints)):
                 golden = as_list(gold)
                 if len(fp) != len(golden):

@@ -19,16 +19,17 @@ MEMORY_SHARE = 0.7
 SETS_PER_CALL = {"eager": 4, "graphs": 8}
 
 
-def memory_cap(replies: dict[str, dict], graphs: bool = False) -> Optional[int]:
+def memory_cap(replies: dict[str, dict], graphs: bool = False, groups: int = 2) -> Optional[int]:
     """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted). A call's
     size is the baseline's (``A``) where it reported one: the candidate's outputs have its shapes (the correctness
-    gate saw to that), and what the candidate says about itself must not choose ``k``."""
+    gate saw to that), and what the candidate says about itself must not choose ``k``. ``groups``: input groups a
+    sandbox holds at once (1 in half-rounds: measure/memory.py)."""
     mem = [r.get("memory") or {} for r in replies.values()]
     free = [f for f in (m.get("free_bytes") for m in mem) if isinstance(f, int)]
     if not mem or len(free) < len(mem):
         return None
     base = (replies.get("A") or {}).get("memory") or {}
-    sets = SETS_PER_CALL["graphs" if graphs else "eager"]
+    sets = SETS_PER_CALL["graphs" if graphs else "eager"] * groups // 2
     per_call = sets * int(base.get("set_bytes") or max(int(m.get("set_bytes") or 0) for m in mem))
     return max(1, int(MEMORY_SHARE * min(free) // per_call)) if per_call > 0 else None
 

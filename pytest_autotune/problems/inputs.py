@@ -9,7 +9,7 @@ problem made them.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
@@ -120,7 +120,10 @@ def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
     layouts: Sequence[Optional[str]] = recipe.get("layout") or []
     domain = problem.input_domain
     out = []
-    for i, x in enumerate(inputs):
+    for i in range(len(inputs)):
+        # each raw input is dropped as soon as it is transformed: at published sizes (6-16 GB an input) a raw
+        # copy, its patterned copy and a strided layout alive at once is what ran a GPU out of memory
+        x, inputs[i] = inputs[i], None
         if isinstance(x, torch.Tensor):
             pattern = values[i] if i < len(values) else None
             if pattern:
@@ -148,12 +151,65 @@ def materialize_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device
                 sets = problem.input_stream(seed, count)
         else:
             sets = problem.input_stream(seed, count)
-    if count >= 2 and _same_set(sets[0], sets[1]):
+    if count >= 2 and (_same_set(sets[0], sets[1]) or torch.initial_seed() != seed):
         return [materialize(problem, {"seed": (seed + 0x9E3779B97F4A7C15 * (j + 1)) % (1 << 63), "sizes": sizes},
                             to_device, generate_on) for j in range(count)]
     if to_device is not None:
         sets = [[to_device(x) if isinstance(x, torch.Tensor) else x for x in xs] for xs in sets]
     return sets
+
+
+def iter_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
+                generate_on: Optional[torch.device] = None) -> Iterator[list]:
+    """The sets of :func:`materialize_stream`, one at a time, for callers that free each set before the next (a
+    set of KernelBench's published sizes is 6-16 GB). The random generators' states are kept between sets, so
+    whatever runs between two sets draws nothing from the stream: the sets are the same as
+    :func:`materialize_stream`'s. A problem whose ``get_inputs()`` re-seeds torch gets per-set seeds, as there."""
+    seed, count = int(recipe["seed"]), int(recipe["count"])
+    sizes = recipe.get("sizes") or {}
+    state: tuple = ()
+    for j in range(count):
+        with problem.sizes(sizes):
+            if j == 0:
+                seed_everything(seed)
+            else:
+                _restore(state)
+            if generate_on is not None:
+                with generate_on:
+                    xs = problem.next_inputs()
+            else:
+                xs = problem.next_inputs()
+            state = _rng_state(generate_on)
+        if j == 0 and count >= 2 and torch.initial_seed() != seed:
+            yield from (materialize(problem, {"seed": (seed + 0x9E3779B97F4A7C15 * (i + 1)) % (1 << 63),
+                                              "sizes": sizes}, to_device, generate_on) for i in range(count))
+            return
+        yield [to_device(x) if (to_device is not None and isinstance(x, torch.Tensor)) else x for x in xs]
+        del xs
+
+
+def _rng_state(generate_on: Optional[torch.device]) -> tuple:
+    import random
+
+    import numpy as np
+
+    cuda = None
+    if generate_on is not None and generate_on.type == "cuda":
+        cuda = (generate_on, torch.cuda.get_rng_state(generate_on))
+    return random.getstate(), np.random.get_state(), torch.get_rng_state(), cuda
+
+
+def _restore(state: tuple) -> None:
+    import random
+
+    import numpy as np
+
+    py, npy, cpu, cuda = state
+    random.setstate(py)
+    np.random.set_state(npy)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda[1], cuda[0])
 
 
 def _same_set(a: Sequence[Any], b: Sequence[Any]) -> bool:
@@ -175,5 +231,5 @@ def inputs_signature(inputs: Sequence[Any]) -> list[dict]:
     return sig
 
 
-__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "apply_pattern", "apply_layout", "inputs_signature",
+__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "iter_stream", "apply_pattern", "apply_layout", "inputs_signature",
            "seed_everything"]

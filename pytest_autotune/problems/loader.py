@@ -152,6 +152,10 @@ class LoadedProblem:
         seed_everything(seed)
         return [self._get_inputs() for _ in range(count)]
 
+    def next_inputs(self) -> list:
+        """One more ``get_inputs()`` call, from the generators' current state (inputs.iter_stream)."""
+        return self._get_inputs()
+
     def _get_inputs(self) -> list:
         try:
             got = self.module.get_inputs()

@@ -30,11 +30,11 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
-from ..problems.inputs import materialize, materialize_stream
+from ..problems.inputs import iter_stream, materialize, materialize_stream
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
 from .child_timing import (
@@ -189,6 +189,17 @@ class ChildState:
             return [[self.device.to_device(x) for x in xs] for xs in materialize_stream(self.problem, r)]
         return materialize_stream(self.problem, r, self.device.to_device, self.device.generation_device())
 
+    def iter_inputs(self, recipe: dict) -> Iterator[list]:
+        """A stream recipe's input sets one at a time (``inputs.iter_stream``): the caller drops each before the
+        next is built."""
+        r = dict(recipe)
+        r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
+        if self.framework == "mlx":
+            for xs in iter_stream(self.problem, r):
+                yield [self.device.to_device(x) for x in xs]
+            return
+        yield from iter_stream(self.problem, r, self.device.to_device, self.device.generation_device())
+
     def call(self, model: Any, inputs: list) -> Any:
         if self.framework == "torch":
             with torch.no_grad():
@@ -225,6 +236,8 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
         try:
             out = st.call(model, inputs)
             st.device.synchronize()
+        except torch.OutOfMemoryError:
+            raise  # not the arm's answer: the item's memory plan did not hold (serve() says so)
         except Exception as e:  # noqa: BLE001
             results.append({"error": f"{st.role} raised {short_exc(e)}"})
             continue
@@ -255,6 +268,8 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
         })
         st.exported.append(out)  # alive until the controller's next request: it may be reading it
         del inputs, originals
+        if msg.get("release_memory"):  # the item's memory plan: the cached blocks go back before the next stage
+            st.device.release_cached_memory()
     return {"results": results, "tamper": st.tamper_changes()}
 
 
@@ -316,9 +331,22 @@ def serve(chan: Channel) -> int:
             reply["ok"] = True
         except HarnessRefusal as e:
             reply = {"ok": False, "refusal": True, "error": str(e)}
+        except torch.OutOfMemoryError as e:
+            st.release()
+            st.batches = {}
+            reply = {"ok": False, "oom": True, "free_bytes": _free_after_oom(st),
+                     "error": f"out of device memory during {cmd}: {str(e).splitlines()[0][:300]}"}
         except Exception as e:  # noqa: BLE001
             reply = {"ok": False, "error": short_exc(e), "trace": traceback.format_exc(limit=8)}
         chan.send(reply)
+
+
+def _free_after_oom(st: ChildState) -> Optional[int]:
+    try:
+        st.device.release_cached_memory()
+        return st.device.free_memory_bytes()
+    except Exception:  # noqa: BLE001 - the report of a failure must not fail
+        return None
 
 
 def main(fd: int) -> int:

@@ -22,24 +22,38 @@ if TYPE_CHECKING:  # pragma: no cover
 def h_calibrate(st: ChildState, msg: dict) -> dict:
     """Warm the arm up, then estimate its steady time per call: single-call samples (cold; on CUDA also
     test-captured as graphs) and three samples of all warm-up inputs back to back, of which the fastest counts
-    (preemption only ever adds time)."""
+    (preemption only ever adds time). ``alive``: the most input sets the item's memory plan lets this sandbox hold
+    at once (measure/memory.py); then the warm-up sets are built one at a time, each dropped after its call, and
+    the steady samples run on that many sets."""
     st.release()
     gc.collect()
     model = st.model()
     st.require_no_modes("before calibration inputs were built")
-    batches = st.input_stream(msg["warmup"])
+    warm = msg["warmup"]
+    alive = msg.get("alive")
     out_bytes = 0
-    for b in batches:
-        out = st.call(model, b)
-        st.device.synchronize()
-        out_bytes = max(out_bytes, _nbytes(out))
-        del out
+    if alive is None or int(alive) >= int(warm["count"]):
+        batches = st.input_stream(warm)
+        for b in batches:
+            out = st.call(model, b)
+            st.device.synchronize()
+            out_bytes = max(out_bytes, _nbytes(out))
+            del out
+    else:
+        for b in st.iter_inputs(warm):
+            out = st.call(model, b)
+            st.device.synchronize()
+            out_bytes = max(out_bytes, _nbytes(out))
+            del out, b
+        st.require_no_modes("while calibration inputs were built")
+        batches = st.input_stream({"seed": warm["seed"], "count": max(1, int(alive))})
     # what one call of a timed sample holds on the device: its input set and its output (the schedule caps k by it)
     memory = {"set_bytes": _nbytes(batches[0]) + out_bytes, "free_bytes": st.device.free_memory_bytes()}
     singles = []
     for b in batches[: max(1, min(3, len(batches)))]:
         s = st.device.timed(lambda *x: st.call(model, list(x)), [b])
         singles.append(s.seconds)
+        del s
     steady = []
     for _ in range(3):
         sample = st.device.timed(lambda *x: st.call(model, list(x)), batches)
@@ -62,9 +76,9 @@ def h_probe_graphs(st: ChildState, msg: dict) -> dict:
     gc.collect()
     model = st.model()
     st.require_no_modes("before probe inputs were built")
-    batches = st.input_stream(msg["warmup"])
-    for b in batches:
+    for b in st.iter_inputs(msg["warmup"]):  # one set at a time: at published sizes a set is GBs
         st.device.timed(lambda *x: st.call(model, list(x)), [b])
+        del b
     return {"timing_info": st.device.timing_info()}
 
 
@@ -119,11 +133,12 @@ def h_release(st: ChildState, msg: dict) -> dict:
 
 
 def h_prepare(st: ChildState, msg: dict) -> dict:
-    """Build the round's two input groups with the collector off: the same harness code on the same recipes in
-    both sandboxes, whose CPU the controller compares (gates/integrity.py IdleGate)."""
+    """Build the round's input groups with the collector off: the same harness code on the same recipes in both
+    sandboxes, whose CPU the controller compares (gates/integrity.py IdleGate). Both groups, or the one the message
+    names (half-rounds, where the item's memory plan holds one group at a time: measure/schedule.py)."""
     st.require_no_modes("before the round's inputs were built")
     t0 = time.perf_counter()
-    st.batches = {"p1": st.input_stream(msg["p1"]), "p2": st.input_stream(msg["p2"])}
+    st.batches = {g: st.input_stream(msg[g]) for g in ("p1", "p2") if g in msg}
     t1 = time.perf_counter()
     st.device.synchronize()
     t2 = time.perf_counter()

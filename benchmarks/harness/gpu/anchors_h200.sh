@@ -40,4 +40,14 @@ timeout -s INT "${ANCHORS_TIMEOUT:-540}" python3 -m pytest "${PLUGIN[@]}" -p no:
   --autotune-plots="$OUT/plots" -rA ${EXTRA_PYTEST:-} benchmarks/kernels/anchors >>"$LOG" 2>&1
 say "pytest rc=$?"
 python3 -m pytest_autotune.cli anchors --db "$OUT/anchors.db" --json "$OUT/verdicts.json" 2>&1 | tee -a "$LOG"
+# the outside references, in the same session, beside every anchor (measured or not): triton's do_bench median and
+# KernelBench's own way (mean of 100 trials after a 256 MiB fill), each eager vs compiled in the order
+# base, cand, cand, base (outside_timers.py)
+if [ "${SKIP_OUTSIDE:-0}" != 1 ] && [ -f "$OUT/anchors.json" ]; then
+  say "outside references: do_bench median and the KernelBench-style mean of 100 trials"
+  timeout "${OUTSIDE_TIMEOUT:-300}" python3 benchmarks/harness/gpu/outside_timers.py dobench --all --kb-mean \
+    --report "$OUT/anchors.json" --out "$OUT/outside.json" >>"$LOG" 2>&1
+  say "outside rc=$?"
+  grep -E "^dobench " "$LOG" | tail -12
+fi
 sed -n '/pytest-autotune:/,$p' "$LOG" | tail -40

@@ -2,6 +2,8 @@
 
 - ``AUTOTUNE_PARTIAL=FILE``: append each finished item's outcome (the JSON report's item record) to FILE as
   one JSON line, so a run that is cut short (timeout) still leaves what it measured;
+- ``AUTOTUNE_SKIP_DONE="FILE [FILE ...]"``: deselect the items those partial JSONL files already hold (a later
+  device call goes on where an earlier one stopped: kb_level1.py, run_h200.sh kb-l1);
 - ``XDIST_PROBE_DIR=DIR``: at the end of the session each process (xdist worker or controller) writes which GPU
   it measured on, to check that worker gwN used GPU N mod count (pytest_autotune/session.py).
 """
@@ -38,6 +40,23 @@ def pytest_runtest_logfinish(nodeid, location):
 
 
 _CONFIG: dict = {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    files = os.environ.get("AUTOTUNE_SKIP_DONE", "").split()
+    done = set()
+    for f in files:
+        p = Path(f)
+        if p.is_file():
+            done |= {json.loads(line)["nodeid"] for line in p.read_text().splitlines() if line.strip()}
+    if not done:
+        return
+    keep = [i for i in items if i.nodeid not in done]
+    skipped = [i for i in items if i.nodeid in done]
+    if skipped:
+        config.hook.pytest_deselected(items=skipped)
+        items[:] = keep
+        print(f"harness_plugin: {len(skipped)} item(s) already measured in {' '.join(files)} deselected")
 
 
 def pytest_configure(config):

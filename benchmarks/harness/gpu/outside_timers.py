@@ -136,6 +136,32 @@ def _synced_bench(fn: Callable[[], Any]) -> float:
     return statistics.median(times)
 
 
+def _kb_mean(fn: Callable[[], Any]) -> float:
+    """Seconds per call as KernelBench's published timings were made (src/kernelbench/timing.py,
+    time_execution_with_cuda_event, at 1f8d20f; written here from its description): 3 warm-up calls, then 1 + 100
+    trials, each after a device-wide sync and a fresh 256 MiB fill (the L2 thrash, its launch queued ahead of the
+    call), CUDA events around one call on the same inputs; the first trial discarded; the mean."""
+    if not CUDA:
+        return _do_bench(fn)
+    for _ in range(3):
+        fn()
+        torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    times = []
+    for _ in range(101):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        dummy = torch.empty((32, 1024, 1024), dtype=torch.int64, device=DEVICE)
+        dummy.fill_(42)
+        del dummy
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    return statistics.fmean(times[1:])
+
+
 def _problem_path(nodeid: str) -> Path:
     return REPO / nodeid.split("::", 1)[0]
 
@@ -154,7 +180,7 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
     report = json.loads(Path(args.report).read_text())
     rows = []
     for it in report["items"]:
-        if it.get("verdict") != "accepted" or it.get("speedup") is None:
+        if not args.all and (it.get("verdict") != "accepted" or it.get("speedup") is None):
             continue
         t0 = time.perf_counter()
         try:
@@ -172,6 +198,7 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
                     os.sched_setaffinity(0, free)
             synced, (sb1, sb2), (sc1, sc2) = _abba(pair, _synced_bench) if args.synced else (None, (0, 0), (0, 0))
             rot = _abba(pair, _do_bench, args.rotate)[0] if args.rotate > 1 else None
+            kb, (kb1, kb2), (kc1, kc2) = _abba(pair, _kb_mean) if args.kb_mean else (None, (0, 0), (0, 0))
         except Exception as e:  # noqa: BLE001 - report and go on with the other pairs
             rows.append({"nodeid": it["nodeid"], "error": f"{type(e).__name__}: {e}"})
             continue
@@ -180,24 +207,31 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             if CUDA:
                 torch.cuda.empty_cache()
         db = ratio
-        ours = float(it["speedup"])
+        ours = float(it["speedup"]) if it.get("speedup") is not None else None
+
+        def dev(other: Any) -> Any:
+            return abs(math.log(ours / other)) if (ours and other) else None
+
         rows.append({
-            "nodeid": it["nodeid"], "problem": it["problem"], "candidate": it["candidate"],
+            "nodeid": it["nodeid"], "problem": it["problem"], "candidate": it["candidate"], "verdict": it["verdict"],
             "baseline": it.get("baseline"), "ours": ours, "ours_ci": it.get("ci"), "dobench": db,
+            "kb_mean": kb, "kb_mean_s": {"base": [kb1, kb2], "cand": [kc1, kc2]} if kb else None,
+            "abs_log_ratio_kb_mean": dev(kb),
             "dobench_s": {"base": [b1, b2], "cand": [c1, c2]}, "ours_s": {"base": it.get("baseline_s"),
                                                                             "cand": it.get("candidate_s")},
-            "abs_log_ratio": abs(math.log(ours / db)), "seconds": round(time.perf_counter() - t0, 2),
-            "dobench_rot": rot, "abs_log_ratio_rot": abs(math.log(ours / rot)) if rot else None,
-            "dobench_pinned": pinned, "abs_log_ratio_pinned": abs(math.log(ours / pinned)) if pinned else None,
-            "dobench_synced": synced, "abs_log_ratio_synced": abs(math.log(ours / synced)) if synced else None,
+            "abs_log_ratio": dev(db), "seconds": round(time.perf_counter() - t0, 2),
+            "dobench_rot": rot, "abs_log_ratio_rot": dev(rot),
+            "dobench_pinned": pinned, "abs_log_ratio_pinned": dev(pinned),
+            "dobench_synced": synced, "abs_log_ratio_synced": dev(synced),
             "synced_s": {"base": [sb1, sb2], "cand": [sc1, sc2]} if synced else None,
             "dobench_pinned_synced": pinned_synced,
-            "abs_log_ratio_pinned_synced": abs(math.log(ours / pinned_synced)) if pinned_synced else None,
+            "abs_log_ratio_pinned_synced": dev(pinned_synced),
         })
-        print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours:6.3f}  do_bench {db:6.3f}  "
+        print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours or 0:6.3f}  do_bench {db:6.3f}  "
+              f"kb-mean {kb or 0:6.3f}  "
               f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}  "
               f"pinned+synced {pinned_synced or 0:6.3f}", flush=True)
-    good = [r for r in rows if "error" not in r]
+    good = [r for r in rows if "error" not in r and r["abs_log_ratio"] is not None]
     return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
             "rows": rows,
             "median_abs_log_ratio": statistics.median([r["abs_log_ratio"] for r in good]) if good else None,
@@ -296,6 +330,9 @@ def main(argv: list[str]) -> int:
     d.add_argument("--synced", action="store_true",
                    help="also time each pair as do_bench does but with the host waiting for the L2 flush before it "
                         "launches the call (_synced_bench): shows whether a gap is do_bench's launch head start")
+    d.add_argument("--kb-mean", action="store_true",
+                   help="also time each pair as KernelBench's published timings were made (mean of 100 trials)")
+    d.add_argument("--all", action="store_true", help="every item of the report, not only the accepted ones")
     d.add_argument("--out", required=True)
     n = sub.add_parser("naive")
     n.add_argument("--problems", required=True)

@@ -14,6 +14,8 @@
 #                                                      #   do_bench on its pairs again (dobench-run2.json)
 #   bash benchmarks/harness/gpu/run_h200.sh aa-spread  # GPU cheats, then the 130 us A/A yardstick N times with fresh
 #                                                      #   timing sandboxes and with the correctness sandbox reused
+#   bash benchmarks/harness/gpu/run_h200.sh kb-l1      # KernelBench Level 1 at published sizes in A/A (kb_level1.py):
+#                                                      #   .kb-level1 staged and carried; KB_DONE skips earlier items
 #   bash benchmarks/harness/gpu/run_h200.sh xdist      # two-GPU host (issue 13): the suite with -n 0, then -n 2, both
 #                                                      #   stores verified, compared by xdist_compare.py; jail check
 #
@@ -74,6 +76,16 @@ units_() {
   grep -E "passed|failed|error" "$LOG" | tail -3
 }
 case "$MODE" in
+kb-l1)
+  # KernelBench Level 1 at its published sizes, each problem against itself (kb_level1.py; stage .kb-level1 here
+  # first and carry it). KB_DONE: partial JSONL files of earlier calls, whose items are skipped.
+  [ -f .kb-level1/MANIFEST.json ] || { say "no .kb-level1/: run kb_level1.py stage and carry .kb-level1"; exit 2; }
+  AUTOTUNE_SKIP_DONE="${KB_DONE:-}" AUTOTUNE_PARTIAL="$OUT/kb-l1.partial.jsonl" run timeout -k 20 -s INT \
+    "${RUN_TIMEOUT:-520}" "${PYT[@]}" -q --autotune --autotune-aa --problems=.kb-level1 --autotune-db=/tmp/kb-l1.db \
+    --autotune-json="$OUT/kb-l1.json" -k "${K:-reference-aa}" .kb-level1
+  python3 "$HERE/kb_level1.py" summarize ${KB_DONE:-} "$OUT/kb-l1.partial.jsonl" --md "$OUT/kb-l1.md" \
+    --json "$OUT/kb-l1-summary.json" 2>&1 | tee -a "$LOG" | head -30
+  ;;
 units)
   units_
   ;;

@@ -75,6 +75,31 @@ class Device(abc.ABC):
         need not budget it (host memory: the sandbox's own limit stops a runaway)."""
         return None
 
+    # -- device memory, planned across an item's processes (measure/memory.py) -------------------------------
+    def memory_info(self) -> Optional[tuple[int, int]]:
+        """``(free, total)`` bytes of this device, every process's use subtracted, or ``None`` where nothing need
+        be planned. ``options["memory_bytes"]`` (``--autotune-device-memory``) caps what the harness may plan
+        with; on a device without memory of its own (the CPU) it declares one, so memory planning can be exercised
+        there."""
+        cap = self.options.get("memory_bytes")
+        return (int(cap), int(cap)) if cap else None
+
+    def process_overhead_bytes(self) -> int:
+        """Device memory one process holds beyond its tensors (a CUDA context, its libraries, the flush buffer)."""
+        return int(self.options.get("process_overhead_bytes", 0) or 0)
+
+    def release_cached_memory(self) -> None:
+        """Give blocks this process's allocator keeps cached back to the device (between an item's stages)."""
+        return None
+
+    def reset_peak_memory(self) -> None:
+        """Start measuring this process's peak of allocated device memory (see :meth:`peak_memory`)."""
+        return None
+
+    def peak_memory(self) -> Optional[tuple[int, int]]:
+        """``(allocated now, peak allocated since reset_peak_memory)`` in bytes, or ``None`` where not known."""
+        return None
+
     def generation_device(self) -> Optional["torch.device"]:
         """Where inputs are drawn (``None``: on the CPU, the KernelBench default). Both sides use it."""
         return None

@@ -181,6 +181,23 @@ class CudaDevice(CudaTiming, Device):
     def free_memory_bytes(self) -> Optional[int]:
         return int(torch.cuda.mem_get_info(self.index)[0])
 
+    def memory_info(self) -> Optional[tuple[int, int]]:
+        free, total = (int(v) for v in torch.cuda.mem_get_info(self.index))
+        cap = self.options.get("memory_bytes")
+        if cap:  # the harness may plan with at most this much, whatever else is free
+            free = min(free, int(cap))
+        return free, total
+
+    def release_cached_memory(self) -> None:
+        torch.cuda.synchronize(self.index)
+        torch.cuda.empty_cache()
+
+    def reset_peak_memory(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.index)
+
+    def peak_memory(self) -> Optional[tuple[int, int]]:
+        return int(torch.cuda.memory_allocated(self.index)), int(torch.cuda.max_memory_allocated(self.index))
+
     def to_host(self, out: Any) -> Any:
         self.synchronize()
         if isinstance(out, torch.Tensor):

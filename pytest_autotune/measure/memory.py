@@ -1,0 +1,245 @@
+"""Device memory, planned across every process of an item (docs/architecture.md, "Memory planned per device").
+
+An item's processes share one device: the controller (golden outputs, comparisons), the candidate's correctness
+sandbox, the probe sandboxes, and two timing sandboxes at once. KernelBench's published Level-1 sizes hold 6-16 GB
+per input set, so what each of them holds at each stage must be planned before anything runs, and a problem that
+cannot fit at all gets one error naming the bytes it needs against the bytes free.
+
+The plan is a pure function of four things the controller knows before any sandbox starts:
+
+- the footprint of one call (:class:`CallFootprint`): its inputs ``I``, its output ``O``, the reference's
+  parameters ``P`` and the reference's transient workspace ``W`` (measured in the controller on the device);
+- the device's memory (:class:`DeviceMemory`): what is free at the item's start, minus the protocol's headroom;
+- what one process costs beyond its tensors (``X``: a sandbox's CUDA context, libraries and L2 flush buffer; the
+  controller's comparison scratch);
+- the protocol's layouts and patterns for probes.
+
+Per stage, in bytes (``build(L)``: the peak of building one input set with probe layout ``L`` -- a value
+pattern draws a second copy; ``stride`` views live in a buffer twice the input):
+
+| stage | controller | sandboxes |
+|---|---|---|
+| correctness / probes, concurrent | ``X + P + build + O + W`` | ``X + build + I (the input's clone for the mutation check) + O + W`` |
+| correctness / probes, sequential | ``X + P + build + O + W`` with the sandbox holding ``X + O`` | ``X + build + I + O + W`` with the controller holding ``X + P`` |
+| graph probes (one sandbox at a time, sets streamed) | ``P`` | ``X + P + I + O + W`` |
+| timing, ``g`` groups of ``k`` sets held | ``X + P + I + O + W`` (timed outputs verified one set at a time) | ``2 (X + P + g k (I + O) + W)`` |
+
+*Sequential* means the sandbox gives its cached blocks back to the device after each call and the controller
+computes the golden output only after the candidate's call returned (and drops it before the next request): the
+two peaks never overlap. ``g = 1`` is a half-round schedule: each sandbox builds one input group, both arms sample
+it, then the next group is built (measure/schedule.py).
+
+Why no input set is ever reused across the calls of a sample (the other route to long samples at large sizes): a
+candidate that remembers its last answer would return it for free on the second call of the same input, and an
+answer it replays is a correct one, so no output check can tell. The plan instead makes ``k`` as large as memory
+allows; for calls that move their own bytes through HBM, memory and call time grow together, so the ``k`` that
+makes a 3 ms sample fits wherever one set does (docs/results-h200.md, "KernelBench at published sizes").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+GIB = 1 << 30
+
+#: build(L) / I and held(L) / I for a probe input layout (problems/inputs.py apply_layout), a value pattern aside
+LAYOUT_BUILD = {"contiguous": (1, 1), "offset": (2, 1), "transpose": (2, 1), "stride": (3, 2)}
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes for messages: GiB above 1 GiB, MiB below."""
+    return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / (1 << 20):.1f} MiB"
+
+
+@dataclass(frozen=True)
+class CallFootprint:
+    """What one call of the problem holds on the device. ``source``: "meta" (shapes only, before anything ran) or
+    "measured" (the controller ran the reference once on the device and read its allocator's peak)."""
+
+    input_bytes: int
+    output_bytes: int
+    param_bytes: int = 0
+    work_bytes: int = 0
+    source: str = "meta"
+
+    @property
+    def set_bytes(self) -> int:
+        """One timed call's input set and its output."""
+        return self.input_bytes + self.output_bytes
+
+    def to_json(self) -> dict:
+        return {"input_bytes": self.input_bytes, "output_bytes": self.output_bytes, "param_bytes": self.param_bytes,
+                "work_bytes": self.work_bytes, "source": self.source}
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The device as the plan sees it at the item's start. ``free_bytes``: free now (every other process's use
+    already subtracted, the controller's context and parameters included); ``headroom_bytes``: what the plan
+    leaves free (allocator rounding and fragmentation, the runtime's own); ``process_bytes``: what one sandbox
+    process costs beyond its tensors."""
+
+    free_bytes: int
+    total_bytes: int
+    headroom_bytes: int
+    process_bytes: int
+    what: str = "the device"
+
+    @property
+    def available(self) -> int:
+        return max(0, self.free_bytes - self.headroom_bytes)
+
+
+class DoesNotFit(Exception):
+    """The item cannot run on this device at its sizes, whatever the plan gives up."""
+
+    def __init__(self, needed: int, available: int, stage: str, detail: str, memory: DeviceMemory) -> None:
+        self.needed, self.available, self.stage, self.detail = needed, available, stage, detail
+        super().__init__(
+            f"needs {fmt_bytes(needed)} of device memory ({stage}: {detail}) but {fmt_bytes(available)} is free on "
+            f"{memory.what} ({fmt_bytes(memory.free_bytes)} free of {fmt_bytes(memory.total_bytes)}, less "
+            f"{fmt_bytes(memory.headroom_bytes)} of headroom): run it on a device with more memory, declare smaller "
+            "sizes for this device in the problem's AUTOTUNE_SIZES, or free the device")
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What every process of an item may hold, decided before anything runs (the flow follows it)."""
+
+    budgeted: bool
+    available_bytes: int = 0
+    footprint: Optional[CallFootprint] = None
+    #: most input sets one timing group may hold (the memory bound on ``k``); None: not bounded here
+    sets_cap: Optional[int] = None
+    #: input groups a timing sandbox holds at once: 2 (a round's both groups) or 1 (half-rounds)
+    groups_held: int = 2
+    #: the controller computes golden outputs while the sandbox runs the candidate
+    golden_concurrent: bool = True
+    #: sandboxes and controller give cached device blocks back between correctness and probe calls
+    release_between_calls: bool = False
+    #: the probes' input layouts whose inputs fit (the others are skipped, with the reason in ``notes``)
+    layouts: tuple[str, ...] = tuple(LAYOUT_BUILD)
+    #: value patterns (a second copy of each input while it is drawn) fit
+    patterns: bool = True
+    #: warm-up and calibration input sets a timing sandbox holds at once (None: all of them, as before)
+    calibration_sets: Optional[int] = None
+    #: bytes of golden outputs the controller may keep cached between requests
+    golden_cache_bytes: int = 4 * GIB
+    needs: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"budgeted": self.budgeted, "available_bytes": self.available_bytes,
+                "footprint": self.footprint.to_json() if self.footprint else None, "sets_cap": self.sets_cap,
+                "groups_held": self.groups_held, "golden_concurrent": self.golden_concurrent,
+                "release_between_calls": self.release_between_calls, "layouts": list(self.layouts),
+                "patterns": self.patterns, "calibration_sets": self.calibration_sets,
+                "golden_cache_bytes": self.golden_cache_bytes, "needs": dict(self.needs), "notes": list(self.notes)}
+
+
+UNBUDGETED = MemoryPlan(budgeted=False)
+
+
+def _call_stage(fp: CallFootprint, x: int, build: int, held: int, sequential: bool) -> int:
+    """Peak of one correctness or probe call: the controller's golden and the sandbox's call (module docstring)."""
+    p, i, o, w = fp.param_bytes, fp.input_bytes, fp.output_bytes, fp.work_bytes
+    golden = x + p + max(build, held + o + w)  # x: the comparison's float64 chunks, the reshape of a strided output
+    sandbox = x + max(build, held + i + o + w)
+    if not sequential:
+        return golden + sandbox
+    return max(golden + x + o, sandbox + x + p)
+
+
+def timing_need(fp: CallFootprint, x: int, k: int, groups: int) -> int:
+    """Both timing sandboxes holding ``groups`` groups of ``k`` sets, and the controller verifying one set."""
+    p, w = fp.param_bytes, fp.work_bytes
+    return 2 * (x + p + groups * k * fp.set_bytes + w) + (x + p + fp.set_bytes + w)
+
+
+def plan_memory(fp: CallFootprint, mem: DeviceMemory, k_wanted: int = 1) -> MemoryPlan:
+    """The plan for one item, or :class:`DoesNotFit`. ``k_wanted``: the most calls a sample could want (the
+    protocol's ``max_calls_per_sample``); the plan bounds ``k`` only where memory is short of it."""
+    avail, x, i = mem.available, mem.process_bytes, fp.input_bytes
+    notes: list[str] = []
+    needs: dict[str, int] = {}
+    # -- correctness and probes: the golden output computed during the candidate's call where both fit (the probes'
+    # plain adversarial set: drawn, then patterned), else after it; where even that cannot run, the item cannot
+
+    def probe_need(layout: str, sequential: bool) -> int:
+        b, h = LAYOUT_BUILD[layout]
+        return _call_stage(fp, x, max(b, 2) * i, h * i, sequential)  # a value pattern: a second copy while drawn
+
+    concurrent = max(_call_stage(fp, x, i, i, sequential=False), probe_need("contiguous", False)) <= avail
+    plain = _call_stage(fp, x, i, i, sequential=not concurrent)
+    if not concurrent:
+        notes.append(f"golden outputs computed after each candidate call, not during it (together they need "
+                     f"{fmt_bytes(probe_need('contiguous', False))}, {fmt_bytes(avail)} free)")
+    needs["correctness"] = plain
+    if plain > avail:
+        raise DoesNotFit(plain, avail, "correctness", f"the golden output and one candidate call with its input "
+                         f"set of {fmt_bytes(i)} and output of {fmt_bytes(fp.output_bytes)}", mem)
+    # -- timing: two groups of k sets if one set each fits, else half-rounds; k as memory allows
+    least = timing_need(fp, x, 1, 1)
+    needs["timing_least"] = least
+    if least > avail:
+        raise DoesNotFit(least, avail, "timing", f"two timing sandboxes holding one input set and its output "
+                         f"({fmt_bytes(fp.set_bytes)}) each, and the controller verifying one", mem)
+    fixed = timing_need(fp, x, 0, 1)
+    groups = 2 if timing_need(fp, x, 1, 2) <= avail else 1
+    cap = max(1, (avail - fixed) // (2 * groups * max(1, fp.set_bytes)))
+    if groups == 1:
+        notes.append(f"half-rounds: one input group held at a time (two need "
+                     f"{fmt_bytes(timing_need(fp, x, 1, 2))}, {fmt_bytes(avail)} free)")
+    sets_cap: Optional[int] = int(cap)
+    if cap >= k_wanted:
+        sets_cap = None
+    else:
+        notes.append(f"at most {cap} input set(s) per sample ({fmt_bytes(fp.set_bytes)} each)")
+    needs["timing"] = timing_need(fp, x, min(int(cap), k_wanted), groups)
+    # -- probes: the layouts and value patterns whose inputs fit
+    layouts = [name for name in LAYOUT_BUILD if probe_need(name, not concurrent) <= avail]
+    patterns = "contiguous" in layouts
+    if not patterns:
+        layouts = []
+        notes.append("probes skipped: an adversarial input set (drawn, then patterned) does not fit "
+                     f"({fmt_bytes(probe_need('contiguous', not concurrent))}, {fmt_bytes(avail)} free)")
+    elif len(layouts) < len(LAYOUT_BUILD):
+        notes.append(f"probe layouts {', '.join(n for n in LAYOUT_BUILD if n not in layouts)} skipped: their inputs "
+                     "do not fit beside the call")
+    needs["probes"] = max((probe_need(n, not concurrent) for n in layouts), default=0)
+    # -- calibration: as many sets alive as one group may hold
+    cal = None if sets_cap is None else max(1, int(sets_cap) * groups)
+    # golden outputs cached only where a second one fits beside everything (never more than 4 GiB)
+    spare = avail - max(needs["correctness"], needs["probes"])
+    cache = int(min(4 * GIB, max(0, spare)))
+    return MemoryPlan(budgeted=True, available_bytes=avail, footprint=fp, sets_cap=sets_cap, groups_held=groups,
+                      golden_concurrent=concurrent, release_between_calls=not concurrent or cache < fp.output_bytes,
+                      layouts=tuple(layouts), patterns=patterns, calibration_sets=cal, golden_cache_bytes=cache,
+                      needs=needs, notes=tuple(notes))
+
+
+def parse_bytes(text: str) -> int:
+    """``"40GiB"``, ``"512MiB"``, ``"80GB"``, ``"1e9"`` -> bytes (for ``--autotune-device-memory``)."""
+    s = text.strip().replace("_", "")
+    units = {"tib": 1 << 40, "gib": 1 << 30, "mib": 1 << 20, "kib": 1 << 10, "tb": 10**12, "gb": 10**9, "mb": 10**6,
+             "kb": 10**3, "b": 1}
+    low = s.lower()
+    for unit, mult in units.items():
+        if low.endswith(unit):
+            number = low[: -len(unit)].strip()
+            break
+    else:
+        number, mult = low, 1
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size: write e.g. 40GiB, 512MiB, 80GB or a number of bytes") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r}: a size must be a positive number of bytes")
+    return int(value * mult)
+
+
+__all__ = ["CallFootprint", "DeviceMemory", "DoesNotFit", "MemoryPlan", "UNBUDGETED", "plan_memory", "timing_need",
+           "fmt_bytes", "parse_bytes", "GIB", "LAYOUT_BUILD"]

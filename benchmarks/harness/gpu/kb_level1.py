@@ -59,7 +59,14 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from pytest_autotune.measure.memory import GIB, DeviceMemory, DoesNotFit, fmt_bytes, parse_bytes, plan_memory
+    from pytest_autotune.measure.memory import (
+        GIB,
+        DeviceMemory,
+        DoesNotFit,
+        fmt_bytes,
+        parse_bytes,
+        plan_memory,
+    )
     from pytest_autotune.problems.footprint import meta_footprint
     from pytest_autotune.problems.loader import LoadedProblem
     from pytest_autotune.problems.model import SourceFile

@@ -178,14 +178,14 @@ ENGINE = """
 engine = "fake"
 {model}
 [server]
-flags = {{ token-delay = 0.01 }}
+flags = {{ token-delay = 0.002 }}
 
 [workloads.short]
 profile = "short"
-requests = 8
+requests = 4
 concurrency = 4
-max_tokens = 8
-prompt_tokens = [8, 16]
+max_tokens = 4
+prompt_tokens = [8, 8]
 
 [space]
 slots = [1, 2, 4, 8, 16]

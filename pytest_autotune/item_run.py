@@ -102,6 +102,8 @@ def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
 def details(item: ItemRun) -> dict:
     """What the report shows about how the item was measured (JSON-able)."""
     d = {**item.ctx.details, **item.ctx.evidence.as_json()}
+    if item.ctx.candidate_sha256:  # a refusal's rejections row carries it (the study's treatment-delivery evidence)
+        d["candidate_sha256"] = item.ctx.candidate_sha256
     wall = time.perf_counter() - item.started
     d["item_seconds"] = wall
     ev = item.ctx.timing

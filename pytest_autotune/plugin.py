@@ -149,6 +149,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(e)) from None
     config.stash[SESSION_KEY] = session
     _extend_collection_args(config, session)
+    from .study.unusable import add_manifest_arg
+
+    add_manifest_arg(config, session)  # a search manifest's unusable iterations are items of the manifest file
     config.pluginmanager.register(engines_plugin.PLUGIN, "autotune-engines")
 
 
@@ -213,6 +216,10 @@ def _roots(config: pytest.Config) -> list[Path]:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
     if file_path.suffix == ".py" and is_problem_file(file_path, _roots(parent.config)):
         return ProblemFile.from_parent(parent, path=file_path)
+    if file_path.suffix == ".json":
+        from .study.unusable import collect_manifest
+
+        return collect_manifest(file_path, parent)
     return None
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 Verdict = Literal["accepted", "rejected", "quarantined", "error"]
-Gate = Literal["provenance", "correctness", "probe", "integrity", "timing", "breaker", "store", "load"]
+Gate = Literal["provenance", "correctness", "probe", "integrity", "timing", "breaker", "store", "load", "reply"]
 
 
 def canonical_json(value: Any) -> str:

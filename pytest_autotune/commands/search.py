@@ -10,17 +10,7 @@ from pathlib import Path
 
 from .common import db_of, protocol_of, root_arg, root_of
 from .registry import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, command, db_arg
-
-
-def _next_iteration(db: Path, study: str, arm: str, problem: str) -> int:
-    """1 + the last iteration the arm recorded on this problem (a second search continues the trajectory)."""
-    if not db.exists():
-        return 1
-    from ..store import ResultStore
-    from ..store.studies import last_iteration
-
-    with ResultStore.open(db, readonly=True) as store:
-        return last_iteration(store, study, arm, problem) + 1
+from .search_llm import llm_args, next_iteration
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -39,19 +29,24 @@ def _run(args: argparse.Namespace) -> int:
     from ..study.search.space import parse_fix
     from ..study.search.tuners import tuner_class
 
-    if args.engine:
-        print(f"autotune: --engine={args.engine}: engine flag spaces come with engine items (the engines' own "
-              "issue); this build searches kernel templates only (--problem=PATH)", file=sys.stderr)
-        return EXIT_USAGE
-    if args.problem is None:
-        print("autotune: --problem=PATH is required (the KernelBench problem file whose template is searched)",
-              file=sys.stderr)
-        return EXIT_USAGE
     root = root_of(args)
     protocol = protocol_of(args)
     valid_name(args.study, "--study")
     valid_name(args.arm, "--arm")
     tuner_cls = tuner_class(args.tuner)
+    if tuner_cls.writes_code:  # the LLM tuner: its adaptive loop (docs/agent.md)
+        from .search_llm import run_llm
+
+        return run_llm(args, tuner_cls, root, protocol)
+    if args.engine:
+        print(f"autotune: --engine={args.engine} with --tuner={args.tuner}: template tuners search kernel templates; "
+              "engine flag spaces are searched by --tuner=llm (the seam: pytest_autotune.engines.space)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if args.problem is None:
+        print("autotune: --problem=PATH is required (the KernelBench problem file whose template is searched)",
+              file=sys.stderr)
+        return EXIT_USAGE
     tuner = tuner_cls(args.seed, {"endpoint": args.endpoint, "model": args.model})
     if tuner.adaptive:
         print(f"autotune: tuner {args.tuner} is adaptive (one point per measured iteration); this runner measures "
@@ -71,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     db = db_of(args).resolve()
     plan = SearchPlan(root=root, problem=problem, template=template, tuner=tuner, study=args.study, arm=args.arm,
                       budget=args.budget, seed=args.seed, out=out,
-                      first_iteration=_next_iteration(db, args.study, args.arm, problem.stem), fixed=fixed)
+                      first_iteration=next_iteration(db, args.study, args.arm, problem.stem), fixed=fixed)
     print(f"search: tuner {tuner.name}, seed {args.seed}, {len(points)} of {space.size} point(s) of "
           f"{template.path} (space {space.to_json()})")
     entries = write_candidates(plan, points)
@@ -99,8 +94,8 @@ def _search(sub) -> None:
         description="A tuner proposes --budget points of the problem's template search space; each becomes a "
                     "candidate file inside the modification surface, measured by pytest --autotune through the same "
                     "gates and recorded with its study, arm and iteration. Arguments after -- go to pytest.")
-    p.add_argument("--tuner", default="random", help="random (built in), or a tuner registered under the "
-                                                     "pytest_autotune.tuners entry points (llm)")
+    p.add_argument("--tuner", default="random", help="random or llm (built in; docs/agent.md), or a tuner "
+                                                     "registered under the pytest_autotune.tuners entry points")
     p.add_argument("--problem", type=Path, default=None, metavar="PATH", help="the problem file")
     p.add_argument("--template", type=Path, default=None, metavar="PATH",
                    help="the template (default: the one in <suite>/templates/<problem>/)")
@@ -114,10 +109,13 @@ def _search(sub) -> None:
                    help="--candidates folder to write (default candidates/search/<study>/<arm>; must be inside "
                         "[surface].modifiable)")
     p.add_argument("--device", default="cpu", help="where to measure (default cpu)")
-    p.add_argument("--engine", default=None, metavar="NAME", help="search an engine's flag space (engine items)")
-    p.add_argument("--endpoint", default=None, metavar="URL", help="LLM tuner: OpenAI-compatible endpoint")
-    p.add_argument("--model", default=None, metavar="NAME", help="LLM tuner: model name")
-    p.add_argument("--dry-run", action="store_true", help="write the candidates and the manifest, measure nothing")
+    p.add_argument("--engine", default=None, metavar="NAME",
+                   help="search an engine's declared flag space (--tuner=llm): the declaration is --problem=PATH.toml, "
+                        "else benchmarks/engines/NAME.toml")
+    p.add_argument("--workload", default=None, metavar="NAME", help="--engine: the workload (default: the first)")
+    llm_args(p)
+    p.add_argument("--dry-run", action="store_true", help="write the candidates and the manifest, measure nothing "
+                                                          "(--tuner=llm: print the first prompt, call nothing)")
     db_arg(p)
     root_arg(p)
     p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="extra pytest arguments (after --)")

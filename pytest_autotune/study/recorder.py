@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Protocol, TypeVar
 
 from ..errors import AutotuneUsageError, ValidatorRefusal
 from .anchors import ANCHORS_FILE, Anchor, AnchorIndex, anchor_verdict
@@ -27,8 +27,19 @@ from .search.manifest import Manifest, load_manifest
 if TYPE_CHECKING:  # pragma: no cover
     from ..flow import FlowVerdict
     from ..problems.model import KernelItemSpec
-    from ..result import ItemOutcome
+    from ..result import ItemOutcome, KernelResult, QuarantineRecord
     from ..store import ResultStore
+
+V = TypeVar("V", bound="_Verdict")
+
+
+class _Verdict(Protocol):
+    """What a kernel's and an engine's verdicts share (``FlowVerdict``, ``EngineVerdict``)."""
+
+    outcome: "ItemOutcome"
+    result: Optional["KernelResult"]
+    quarantine: Optional["QuarantineRecord"]
+
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._:+-]{1,200}$")
 ANCHOR_PREFIX = "anchor:"
@@ -99,25 +110,38 @@ class StudyRecorder:
         return self.anchors.lookup(spec.problem.path, spec.candidate.name)
 
     def in_manifest(self, spec: "KernelItemSpec") -> bool:
-        return self.manifest is None or self.manifest.lookup(spec.problem.name, spec.candidate.name) is not None
+        return self.in_manifest_names(spec.problem.name, spec.candidate.name)
+
+    def in_manifest_names(self, problem: str, candidate: str) -> bool:
+        return self.manifest is None or self.manifest.lookup(problem, candidate) is not None
 
     def tag_for(self, spec: "KernelItemSpec") -> Optional[StudyTag]:
         anchor = self.anchor_for(spec)
         if anchor is not None:
             return StudyTag(anchor.study, spec.candidate.name, None)
+        return self.tag_for_names(spec.problem.name, spec.candidate.name)
+
+    def tag_for_names(self, problem: str, candidate: str) -> Optional[StudyTag]:
+        """The study tag of an item by its row's problem and candidate (kernel and engine items alike)."""
         if self.study is None or self.arm is None:
             return None
         iteration = self.iteration
         if self.manifest is not None:
-            entry = self.manifest.lookup(spec.problem.name, spec.candidate.name)
+            entry = self.manifest.lookup(problem, candidate)
             iteration = entry.iteration if entry is not None else None
         return StudyTag(self.study, self.arm, iteration)
 
     def attach(self, verdict: "FlowVerdict", spec: "KernelItemSpec") -> "FlowVerdict":
         """The verdict with its result/quarantine rows carrying the study columns, and the tag in its details."""
-        tag = self.tag_for(spec)
+        return self.attach_tag(verdict, self.tag_for(spec))
+
+    def attach_tag(self, verdict: V, tag: Optional[StudyTag], candidate_sha256: Optional[str] = None) -> V:
+        """``verdict`` (a kernel's or an engine's) with the study columns on its rows and the tag in its details;
+        ``candidate_sha256`` goes into the details for a refusal's row when the verdict has none there."""
         if tag is None:
             return verdict
+        if candidate_sha256 and not verdict.outcome.details.get("candidate_sha256"):
+            verdict.outcome.details["candidate_sha256"] = candidate_sha256
         o = verdict.outcome
         o.details["study"] = tag.to_json()
         result = dataclasses.replace(verdict.result, **tag.columns()) if verdict.result is not None else None
@@ -125,7 +149,7 @@ class StudyRecorder:
         if quarantine is not None:
             quarantine = dataclasses.replace(quarantine, result=dataclasses.replace(quarantine.result,
                                                                                     **tag.columns()))
-        return dataclasses.replace(verdict, result=result, quarantine=quarantine,
+        return dataclasses.replace(verdict, result=result, quarantine=quarantine,  # type: ignore[type-var]
                                    outcome=dataclasses.replace(o, result=result))
 
     @staticmethod

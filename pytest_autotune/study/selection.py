@@ -3,7 +3,8 @@
 * anchor items (an ``anchors.toml`` entry names their problem and candidate) get the ``anchor`` marker and run
   only when asked: ``-m`` mentions ``anchor``, or the anchor's file or folder is named on the command line. They
   re-measure published numbers at published shapes, which is not the main job's business.
-* with ``--study-manifest``, only the candidates the manifest lists (one search's iterations);
+* with ``--study-manifest``, only the candidates (kernel or engine) the manifest lists (one search's
+  iterations);
 * with ``--autotune-remeasure``, only the node ids named on the command line (``autotune remeasure`` names the
   run's accepted items; ``--problems=DIR`` would otherwise add every problem of DIR).
 """
@@ -41,7 +42,12 @@ def select_items(session: "AutotuneSession", items: list, config: pytest.Config)
     for item in items:
         spec = getattr(item, "spec", None)
         if not isinstance(spec, KernelItemSpec):  # not a kernel item (engine items, plain tests)
-            keep.append(item)
+            engine_config = getattr(spec, "config", None)
+            if (isinstance(getattr(spec, "problem", None), str) and engine_config is not None
+                    and not session.studies.in_manifest_names(getattr(spec, "problem"), engine_config.name)):
+                drop.append(item)  # an engine item that a search manifest does not list
+            else:
+                keep.append(item)
             continue
         if session.studies.anchor_for(spec) is not None:
             item.add_marker(pytest.mark.anchor)

@@ -33,8 +33,8 @@ class IterationPoint:
         return {"iteration": self.iteration, "usable": self.usable,
                 "speedup": here.speedup if here else None,
                 "best_so_far": b.speedup if b else None, "best_so_far_ci": [b.ci_low, b.ci_high] if b else None,
-                "refusals": [{"verdict": a.verdict, "gate": a.gate, "candidate": a.candidate} for a in self.attempts
-                             if not a.usable]}
+                "refusals": [{"verdict": a.verdict, "gate": a.gate, "candidate": a.candidate, "reason": a.reason}
+                             for a in self.attempts if not a.usable]}
 
 
 @dataclass(frozen=True)

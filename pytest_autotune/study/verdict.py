@@ -155,6 +155,10 @@ class StudyReport:
                          f"{format_seconds(b.candidate_s)} ({b.candidate})" if b else "no usable iteration")
                 lines.append(f"    {t.problem}: best so far after each iteration ((x): unusable): {series}")
                 lines.append(f"      {final}")
+                refused = [f"{p.iteration} {a.verdict} by {a.gate}" for p in t.points if not p.usable
+                           for a in p.attempts]
+                if refused:
+                    lines.append(f"      unusable: {'; '.join(refused)}")
         if self.pairs:
             for p in self.pairs:
                 lines.append(f"  pair {p.problem}: treatment/control {p.ratio:.3f} (conservative "

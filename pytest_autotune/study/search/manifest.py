@@ -24,6 +24,8 @@ class ManifestEntry:
     sha256: str
     path: str  # relative to the manifest's folder
     params: dict
+    unusable: Optional[str] = None  # why the iteration produced nothing to measure (recorded as gate "reply")
+    kind: str = "kernel"  # "engine" for an engine configuration (problem = "<engine>:<workload>")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,10 @@ class Manifest:
     seed: Optional[int]
     entries: tuple[ManifestEntry, ...]
     data: dict
+
+    @property
+    def unusable(self) -> tuple[ManifestEntry, ...]:
+        return tuple(e for e in self.entries if e.unusable is not None)
 
     def lookup(self, problem: str, candidate: str) -> Optional[ManifestEntry]:
         for e in self.entries:
@@ -73,7 +79,9 @@ def load_manifest(path: Path) -> Manifest:
         raise AutotuneUsageError(f"{path} is not an autotune search manifest (schema {MANIFEST_SCHEMA})")
     try:
         entries = tuple(ManifestEntry(str(c["problem"]), str(c["name"]), int(c["iteration"]), str(c["sha256"]),
-                                      str(c["path"]), dict(c.get("params") or {})) for c in data["candidates"])
+                                      str(c["path"]), dict(c.get("params") or {}),
+                                      str(c["unusable"]) if c.get("unusable") is not None else None,
+                                      str(c.get("kind", "kernel"))) for c in data["candidates"])
         return Manifest(path.resolve(), str(data["study"]), str(data["arm"]), str(data.get("tuner", "?")),
                         data.get("seed"), entries, data)
     except (KeyError, TypeError, ValueError) as e:

@@ -30,7 +30,7 @@ from .gates.base import (
 )
 from .gates.compare import compare_outputs
 from .golden import Golden
-from .item_memory import DoesNotFit, plan_item, settle
+from .item_memory import DoesNotFit, holders, plan_item, settle
 from .item_run import FlowEnv, FlowVerdict, ItemRun
 from .item_run import details as item_details
 from .item_run import measurement as item_measurement
@@ -225,6 +225,14 @@ class KernelFlow:
                                              details=item_details(item)))
         except CandidateRefusal as e:
             return self._refused(item, GateOutcome.refuse("integrity", str(e)))
+        except Exception as e:  # noqa: BLE001 - torch.OutOfMemoryError in the controller (golden outputs)
+            if type(e).__name__ != "OutOfMemoryError":
+                raise
+            ctx.details["memory_holders"] = holders(env)
+            return FlowVerdict(self._outcome(
+                spec, "error", "memory", f"the controller ran out of device memory computing golden outputs "
+                f"({str(e).splitlines()[0][:300]}); details.memory has the item's plan, details.memory_holders who "
+                "held the device", warnings=tuple(ctx.warnings), details=item_details(item)))
 
     def _run(self, item: ItemRun) -> FlowVerdict:
         env, spec, ctx = self.env, item.spec, item.ctx

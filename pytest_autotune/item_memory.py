@@ -131,6 +131,7 @@ def holders(env) -> dict:
     mine = env.device.peak_memory()
     if mine is not None:
         out["controller_allocated_bytes"] = mine[0]
+        out["controller_tensors"] = _large_tensors()
     from .measure.gpu_processes import open_nvml
 
     nv, _ = open_nvml()
@@ -146,6 +147,33 @@ def holders(env) -> dict:
                           "controller": pid == os.getpid()})
         out["gpu_processes"] = procs
     return out
+
+
+def _large_tensors(least: int = 256 << 20) -> list[dict]:
+    """The controller's live device tensors of at least ``least`` bytes and what refers to them (a shortfall's
+    record: which of the controller's objects still holds memory the plan thought given back)."""
+    import warnings
+
+    import torch
+
+    found: list[tuple[int, dict]] = []
+    with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
+        warnings.simplefilter("ignore")
+        objects = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+    for obj in objects:
+        try:
+            if obj.device.type == "cpu":
+                continue
+            size = obj.untyped_storage().nbytes()
+        except Exception:  # noqa: BLE001 - a half-built or exotic object
+            continue
+        if size >= least:
+            refs = sorted({type(r).__name__ for r in gc.get_referrers(obj)} - {"list", "frame"})
+            frames = [f"{r.f_code.co_name}@{r.f_code.co_filename.rsplit('/', 1)[-1]}:{r.f_lineno}"
+                      for r in gc.get_referrers(obj) if type(r).__name__ == "frame"]
+            found.append((size, {"bytes": size, "shape": list(obj.shape), "dtype": str(obj.dtype),
+                                 "referrers": refs, "frames": frames[:4]}))
+    return [d for _, d in sorted(found, key=lambda t: -t[0])[:12]]
 
 
 __all__ = ["device_memory", "holders", "release", "footprint", "plan_item", "settle", "DoesNotFit"]

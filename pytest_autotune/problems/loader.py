@@ -160,6 +160,8 @@ class LoadedProblem:
         try:
             got = self.module.get_inputs()
         except Exception as e:  # noqa: BLE001
+            if type(e).__name__ == "OutOfMemoryError":
+                raise  # the device's memory, not the problem file: the flow reports it with the item's plan
             raise ProblemLoadError(str(self.src.path), f"get_inputs() raised {short_exc(e)}") from None
         if not isinstance(got, (list, tuple)):
             raise ProblemLoadError(str(self.src.path), f"get_inputs() returned {type(got).__name__}; return a list")

@@ -101,7 +101,8 @@ kb-l1)
   # KernelBench Level 1 at its published sizes, each problem against itself (kb_level1.py; stage .kb-level1 here
   # first and carry it). KB_DONE: partial JSONL files of earlier calls, whose items are skipped.
   [ -f .kb-level1/MANIFEST.json ] || { say "no .kb-level1/: run kb_level1.py stage and carry .kb-level1"; exit 2; }
-  AUTOTUNE_SKIP_DONE="${KB_DONE:-}" AUTOTUNE_PARTIAL="$OUT/kb-l1.partial.jsonl" run timeout -k 20 -s INT \
+  AUTOTUNE_SKIP_DONE="${KB_DONE:-} $OUT/kb-l1.partial.jsonl" AUTOTUNE_PARTIAL="$OUT/kb-l1.partial.jsonl" \
+    run timeout -k 20 -s INT \
     "${RUN_TIMEOUT:-520}" "${PYT[@]}" -q --autotune --autotune-aa --problems=.kb-level1 --autotune-db=/tmp/kb-l1.db \
     --autotune-json="$OUT/kb-l1.json" -k "${K:-reference-aa}" .kb-level1
   python3 "$HERE/kb_level1.py" summarize ${KB_DONE:-} "$OUT/kb-l1.partial.jsonl" --md "$OUT/kb-l1.md" \

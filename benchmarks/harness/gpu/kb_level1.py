@@ -106,6 +106,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def load_items(paths: list[str]) -> list[dict]:
     items: dict[str, dict] = {}
     for p in paths:
+        if not Path(p).is_file():  # a call that finished no item wrote none
+            continue
         for line in Path(p).read_text().splitlines():
             if line.strip():
                 it = json.loads(line)

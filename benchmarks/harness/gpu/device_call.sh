@@ -34,7 +34,7 @@ for spec in "$@"; do
   note "start $phase (limit ${budget}s)"
   mkdir -p "$WORK/$phase"
   case "$phase" in
-    units|jail|remeasure)
+    units|jail|jail-cuda|remeasure)
       OUT="$WORK/$phase" timeout -k 10 "$budget" bash benchmarks/harness/gpu/run_h200.sh "$phase" >/dev/null 2>&1 ;;
     suite)
       OUT="$WORK/$phase" RUN_TIMEOUT=$(( budget - 60 > 120 ? budget - 60 : 120 )) timeout -k 10 "$budget" \

@@ -181,6 +181,12 @@ remeasure)
     --junitxml="$OUT/gpu_cheats.xml"
   grep -E "passed|failed|error" "$LOG" | tail -2
   ;;
+jail-cuda)
+  # the jail's own cheats (escapes, limits) in a CUDA session alone (the jail mode runs them only if time is left)
+  AUTOTUNE_JAIL_TEST_DEVICE=cuda run timeout 120 python3 -m pytest -p no:cacheprovider -q -rs tests/test_jail.py \
+    -k tester --junitxml="$OUT/jail_cuda.xml"
+  sed -n '/tests\/test_jail.py/,$p' "$LOG" | grep -E "passed|failed|error" | tail -2
+  ;;
 jail)
   # each step's output is in $OUT as soon as it ends, whatever a later step does; the whole mode ends inside 4 min
   # the host's facts and the plan are in $OUT/jail_facts.json already (the gate above)

@@ -78,9 +78,9 @@ class Golden:
                 if self.on_device else iter_stream(self.problem, r))
         for xs in sets:
             with torch.no_grad():
-                out = _detached(model(*xs))
+                box = [_detached(model(*xs))]
             del xs
-            yield out
+            yield box.pop()  # the frame keeps no reference while suspended
 
     def stream(self, recipe: dict) -> list:
         """All of :meth:`iter_stream` at once (small problems, tests)."""

@@ -17,7 +17,7 @@ import torch
 
 from ..protocol import Protocol, Tolerance
 from ..sandbox.wire import dtype_name
-from ..tree import float64_sums
+from ..tree import abs_max, float64_sums
 from ..tree import leaves as as_list
 
 #: elements per chunk of float64 temporaries (128 MiB each)
@@ -84,7 +84,7 @@ def compare_tensor(a: Any, b: torch.Tensor, proto: Protocol, label: str) -> Comp
         return Comparison(False, f"{label}: no tolerance for dtype {dtype_name(b.dtype)} in the protocol")
     fa, fb = _real_flat(a), _real_flat(b)
     n = fb.numel()
-    scale = float(fb.abs().max().to(torch.float64))
+    scale = abs_max(fb)
     floor = max(scale, 1e-300) * 1e-12
     # per chunk: non-finite in a, elements outside tolerance, max abs err, max rel err, max (err - allowed)
     stats = torch.zeros((len(_chunks(n)), 5), dtype=torch.float64, device=fb.device)
@@ -145,8 +145,7 @@ def check_fingerprint(fp: dict, ref: torch.Tensor, proto: Protocol) -> Optional[
     expect = flat[idx.to(flat.device)].to(torch.float64).cpu()
     if not bool(torch.isfinite(vals).all()):
         return "NaN/Inf in a timed output"
-    scale = float(flat.to(torch.float64).abs().max()) if flat.dtype == torch.bool else float(
-        flat.abs().max().to(torch.float64))
+    scale = abs_max(flat)
     bad = (vals - expect).abs() > atol * scale + rtol * expect.abs()
     if bool(bad.any()):
         j = int(torch.nonzero(bad)[0])

@@ -210,7 +210,7 @@ def plan_memory(fp: CallFootprint, mem: DeviceMemory, k_wanted: int = 1) -> Memo
                      "do not fit beside the call")
     needs["probes"] = max((probe_need(n, not concurrent) for n in layouts), default=0)
     # -- calibration: as many sets alive as one group may hold
-    cal = None if sets_cap is None else max(1, int(sets_cap) * groups)
+    cal = None if sets_cap is None else max(1, int(sets_cap))  # one group's worth: a per-call estimate, no more
     # golden outputs cached only where a second one fits beside everything (never more than 4 GiB)
     spare = avail - max(needs["correctness"], needs["probes"])
     cache = int(min(4 * GIB, max(0, spare)))

@@ -184,8 +184,11 @@ def iter_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
             yield from (materialize(problem, {"seed": (seed + 0x9E3779B97F4A7C15 * (i + 1)) % (1 << 63),
                                               "sizes": sizes}, to_device, generate_on) for i in range(count))
             return
-        yield [to_device(x) if (to_device is not None and isinstance(x, torch.Tensor)) else x for x in xs]
+        # handed over through a box the frame empties: a suspended generator holding the set would keep it alive
+        # after its consumer dropped it (a 6-16 GB input set at published sizes)
+        box = [[to_device(x) if (to_device is not None and isinstance(x, torch.Tensor)) else x for x in xs]]
         del xs
+        yield box.pop()
 
 
 def _rng_state(generate_on: Optional[torch.device]) -> tuple:

@@ -61,6 +61,8 @@ def h_calibrate(st: ChildState, msg: dict) -> dict:
         del sample
     per_call = min(steady) / max(1, len(batches))
     del batches
+    if alive is not None:  # memory-planned: the calibration's blocks go back, the rounds reserve their own
+        st.device.release_cached_memory()
     return {"per_call_s": per_call, "single_call_s": sorted(singles)[len(singles) // 2], "memory": memory,
             "timing_info": st.device.timing_info(), "threads": os_thread_count(), "tamper": st.tamper_changes()}
 

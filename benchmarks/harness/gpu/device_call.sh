@@ -40,7 +40,8 @@ for spec in "$@"; do
       OUT="$WORK/$phase" RUN_TIMEOUT=$(( budget - 60 > 120 ? budget - 60 : 120 )) timeout -k 10 "$budget" \
         bash benchmarks/harness/gpu/run_h200.sh full >/dev/null 2>&1 ;;
     anchors)
-      OUT="$WORK/$phase" ANCHORS_TIMEOUT=$(( budget * 6 / 10 )) OUTSIDE_TIMEOUT=$(( budget * 3 / 10 )) \
+      OUT="$WORK/$phase" ANCHORS_TIMEOUT="${ANCHORS_TIMEOUT:-$(( budget * 6 / 10 ))}" \
+        OUTSIDE_TIMEOUT="${OUTSIDE_TIMEOUT:-$(( budget * 3 / 10 ))}" \
         timeout -k 10 "$budget" bash benchmarks/harness/gpu/anchors_h200.sh >/dev/null 2>&1 ;;
     kb-l1)
       OUT="$WORK/$phase" K="${KB_K:-reference-aa}" RUN_TIMEOUT=$(( budget - 25 )) timeout -k 10 "$budget" \

@@ -89,3 +89,26 @@ def test_an_anchor_without_its_mechanism_is_refused(tmp_path):
         with pytest.raises(RegistryError, match=message):
             parse_anchors(f)
     assert isinstance(ENTRIES["kb-l1-19-relu"], Anchor)
+
+
+def test_an_anchor_the_breaker_quarantined_reads_as_such_not_as_not_measured():
+    from pytest_autotune.commands.anchors import _quarantined
+
+    a = ENTRIES["kb-l1-40-layernorm"]
+    row = {"id": 2, "run_id": "r" * 32, "study": a.study, "device": "cuda", "speedup": 24.1, "ci_low": 23.6,
+           "ci_high": 24.5, "releases": []}
+
+    class Store:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def quarantine_list(self):
+            return self.rows
+
+    got = _quarantined(Store([row]), a, measured=set())
+    assert [g["verdict"] for g in got] == ["quarantined by the breaker"]
+    assert "autotune quarantine release 2" in got[0]["detail"] and got[0]["measured_ratio"] == 24.1
+    # a released row is a result by then, and a device with a result needs no quarantine verdict
+    assert _quarantined(Store([{**row, "releases": [{"id": 1}]}]), a, measured=set()) == []
+    assert _quarantined(Store([row]), a, measured={"cuda"}) == []
+    assert _quarantined(Store([{**row, "study": "another"}]), a, measured=set()) == []

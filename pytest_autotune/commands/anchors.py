@@ -52,6 +52,7 @@ def _run(args: argparse.Namespace) -> int:
                 verdicts = [{"device": d, "run_id": r["run_id"], "result": f"results:{r['id']}",
                              **anchor_verdict(anchor, r["speedup"], d, protocol.bands.anchoring, ok,
                                               detail).to_json()} for d, r in latest.items()]
+                verdicts += _quarantined(store, anchor, set(latest))
                 out.append({"anchor": anchor.id, "problem": anchor.problem, "candidate": anchor.candidate,
                             "published_ratio": anchor.published_ratio, "hardware": anchor.hardware,
                             "expected_direction": anchor.expected_direction, "registered": ok,
@@ -71,6 +72,24 @@ def _run(args: argparse.Namespace) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"schema": "pytest-autotune/anchors/1", "anchors": out}, indent=2) + "\n")
     return EXIT_OK
+
+
+def _quarantined(store, anchor, measured: set) -> list[dict]:
+    """An anchor the breaker quarantined on a device where it has no result: a verdict of its own (the measured
+    ratio, the quarantine row, how to release it), not "not measured"."""
+    if store is None:
+        return []
+    latest: dict = {}
+    for q in store.quarantine_list():
+        if q.get("study") == anchor.study and q["device"] not in measured and not q["releases"]:
+            latest[q["device"]] = q
+    return [{"device": d, "run_id": q["run_id"], "result": f"quarantine:{q['id']}",
+             "verdict": "quarantined by the breaker", "measured_ratio": q["speedup"],
+             "published_ratio": anchor.published_ratio, "relative": q["speedup"] / anchor.published_ratio,
+             "detail": f"measured {q['speedup']:.3g}x [{q['ci_low']:.3g}, {q['ci_high']:.3g}] vs published "
+                       f"{anchor.published_ratio:.3g}x ({q['speedup'] / anchor.published_ratio:.2f} of it), above "
+                       f"the protocol's breaker: no result until a human releases it (autotune quarantine release "
+                       f"{q['id']} --reason ...)"} for d, q in latest.items()]
 
 
 @command

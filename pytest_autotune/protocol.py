@@ -133,6 +133,7 @@ class IntegritySection:
 @dataclass(frozen=True)
 class CpuSection:
     cache_flush_factor: float = _f(ge=0.0)
+    placement_span_kib: int = _f(default=0, ge=0)
 
 
 @dataclass(frozen=True)

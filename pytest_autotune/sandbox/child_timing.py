@@ -128,6 +128,7 @@ def h_release(st: ChildState, msg: dict) -> dict:
     st.release()
     st.batches = {}
     gc.collect()
+    st.device.round_ends()
     t2 = time.perf_counter()
     tamper = st.tamper_changes() if msg.get("tamper") else []
     return {"prints": prints, "tamper": tamper,
@@ -140,7 +141,11 @@ def h_prepare(st: ChildState, msg: dict) -> dict:
     names (half-rounds, where the item's memory plan holds one group at a time: measure/schedule.py)."""
     st.require_no_modes("before the round's inputs were built")
     t0 = time.perf_counter()
-    st.batches = {g: st.input_stream(msg[g]) for g in ("p1", "p2") if g in msg}
+    groups = [g for g in ("p1", "p2") if g in msg]
+    # fresh placements for this round's data, where the device moves them (measure/devices/placement.py)
+    st.device.round_begins(sum(int(msg[g].get("seed", 0)) for g in groups))
+    st.batches = {g: st.input_stream(msg[g]) for g in groups}
+    st.device.round_inputs_built()
     t1 = time.perf_counter()
     st.device.synchronize()
     t2 = time.perf_counter()

@@ -140,6 +140,19 @@ class Device(abc.ABC):
 
         return HostExport(meta)
 
+    # -- a timing round's data placement (sandbox side; measure/devices/placement.py) ------------------------
+    def round_begins(self, seed: int) -> None:
+        """A timing round's inputs are about to be built (``seed``: drawn by the controller for this round)."""
+        return None
+
+    def round_inputs_built(self) -> None:
+        """The round's inputs exist; its samples come next."""
+        return None
+
+    def round_ends(self) -> None:
+        """The round's inputs and outputs have been freed."""
+        return None
+
     # -- timing configuration agreed by the controller for both arms ---------------------------------------
     def configure_timing(self, options: dict[str, Any]) -> None:
         """The controller's timing decisions for this sandbox (same for both arms)."""

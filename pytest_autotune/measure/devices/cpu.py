@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .base import Device, Sample
+from .placement import Placement
 
 
 def _cpu_model() -> str:
@@ -57,6 +58,7 @@ class CpuDevice(Device):
         self._flush: Any = None
         self._flush_value = 0
         self._flush_bytes: Optional[int] = None
+        self.placement = Placement(int(self.options.get("placement_span_kib", 0) or 0) << 10)
 
     def fingerprint(self) -> dict[str, Any]:
         fp = super().fingerprint()
@@ -109,8 +111,20 @@ class CpuDevice(Device):
         s = (t1 - t0) * 1e-9
         return Sample(seconds=s, host_seconds=s, outputs=outs)
 
+    def round_begins(self, seed: int) -> None:
+        self.placement.before_inputs(seed)
+
+    def round_inputs_built(self) -> None:
+        self.placement.after_inputs()
+
+    def round_ends(self) -> None:
+        self.placement.end_round()
+
     def timing_info(self) -> dict[str, Any]:
-        return {"mode": "host clock", "cache_flush_bytes": self.flush_bytes()}
+        info: dict[str, Any] = {"mode": "host clock", "cache_flush_bytes": self.flush_bytes()}
+        if self.placement.enabled:
+            info["placement"] = self.placement.info()
+        return info
 
     def timer_functions(self) -> dict[str, Any]:
         fns: dict[str, Any] = {"time.perf_counter_ns": time.perf_counter_ns,

@@ -165,8 +165,9 @@ class AutotuneSession:
             return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s,
                     "process_overhead_bytes": self.protocol.memory.process_overhead_mb << 20, **memory}
         if self.opts.device == "cpu":
-            c = self.protocol.devices.cpu
-            return {"cache_flush_factor": c.cache_flush_factor, "placement_span_kib": c.placement_span_kib, **memory}
+            cpu = self.protocol.devices.cpu
+            return {"cache_flush_factor": cpu.cache_flush_factor, "placement_span_kib": cpu.placement_span_kib,
+                    **memory}
         return memory
 
     def _open_store(self, prestart: bool = False) -> None:

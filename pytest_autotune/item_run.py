@@ -113,7 +113,9 @@ def details(item: ItemRun) -> dict:
                        "prepare_s": sum(r.prepare_s for r in ev.rounds),
                        "sample_windows_s": sum((s.window_ns[1] - s.window_ns[0]) * 1e-9
                                                for r in ev.rounds for s in r.samples),
-                       "cpu": ev.cpu, "stop_reason": ev.stop_reason, "overhead": ev.overhead}
+                       "cpu": ev.cpu, "stop_reason": ev.stop_reason, "overhead": ev.overhead,
+                       "page_faults_in_samples": {arm: sum(max(0, s.page_faults) for r in ev.rounds for s in r.samples
+                                                           if s.arm == arm) for arm in ("A", "B")}}
         d["duty_cycle"] = ev.timed_s / wall if wall > 0 else None
     d["wire"] = {role: box.chan.stats.as_dict() for role, box in item.boxes.items()}
     return jsonable(d)

@@ -112,7 +112,11 @@ class ScheduleDriver:
             raise TimingRefused(f"the {ARM_ROLES[arm]} sandbox returned a malformed sample") from None
         cpu, main, wait = (None, None, None) if delta is None else (v * 1e-9 for v in delta)
         return SampleRecord(arm, group, position, secs, host, (t0, t1), (stamps[0], stamps[1]), cpu, main, wait,
-                            int(reply.get("new_threads", 0) or 0))
+                            int(reply.get("new_threads", 0) or 0), _int(reply.get("page_faults")))
+
+
+def _int(value: object) -> int:
+    return value if type(value) is int else -1
 
 
 def _affinity(pid: int) -> set:

@@ -34,6 +34,7 @@ class SampleRecord(NamedTuple):
     main_cpu_s: Optional[float]  # ... of its main thread
     main_wait_s: Optional[float]  # time its main thread was runnable but waiting for a CPU (preempted)
     new_threads: int
+    page_faults: int = -1  # the sandbox's page faults during the sample (-1: not reported)
 
 
 @dataclass

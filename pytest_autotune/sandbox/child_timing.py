@@ -6,6 +6,7 @@ on; in the tamper snapshot like the rest of the sandbox's harness code."""
 from __future__ import annotations
 
 import gc
+import resource
 import time
 from typing import TYPE_CHECKING, Optional
 
@@ -159,10 +160,12 @@ def h_sample(st: ChildState, msg: dict) -> dict:
     batch = st.batches[msg["group"]]
     threads0 = os_thread_count()
     clock = time.perf_counter_ns
+    faults0 = _page_faults()
     with (torch.no_grad() if st.framework == "torch" else _null()):
         t0 = clock()
         sample = st.device.timed(model, batch)
         t1 = clock()
+    faults = _page_faults() - faults0
     for out in sample.outputs:
         problem = st.plain_problem(out)
         if problem:
@@ -170,7 +173,14 @@ def h_sample(st: ChildState, msg: dict) -> dict:
     st.kept.extend(sample.outputs)
     st.require_no_modes("after a timed call")
     return {"s": sample.seconds, "host_s": sample.host_seconds, "stamps_ns": [t0, t1],
-            "new_threads": os_thread_count() - threads0}
+            "new_threads": os_thread_count() - threads0, "page_faults": faults}
+
+
+def _page_faults() -> int:
+    """Page faults of this process so far, every thread's (a fault inside a sample is time it pays for where its
+    memory landed, not for its calls: docs/harness.md, "Fresh placements")."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return int(ru.ru_minflt + ru.ru_majflt)
 
 
 def h_fingerprint(st: ChildState, msg: dict) -> dict:

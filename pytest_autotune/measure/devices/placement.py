@@ -7,18 +7,18 @@ a call's loads against its stores) is then frozen into the process for its whole
 processes average out (docs/harness.md). Stabilizer (Curtsinger & Berger 2013) turns such layout effects into
 noise within one run by moving things while it runs; this does the same for a timed arm's data.
 
-Each round, before its inputs are built, the sandbox holds a *spacer* of a random size (whole pages plus a random
-cache line, below the span) and a second one after the inputs and before the round's samples, so the inputs, and
+Each round, before its inputs are built, the sandbox holds a *spacer* of a random size (the span plus whole pages
+and a random cache line, below twice the span) and a second one after the inputs and before the round's samples, so the inputs, and
 the outputs and temporaries of its calls, start on other pages and at other offsets from each other. Both spacers
 are freed when the round is released. The sizes come from the round's input seeds, drawn afresh by the controller
 for every round, the same in both arms' sandboxes (their heaps differ by their own histories anyway).
 
 Allocation and page faults stay out of the samples: the spacers are allocated before the samples, and before a
-round the heap is grown to what the largest round so far held plus both spacers' span, every page of it written
-once (``prefault``), so that a buffer pushed past the old top lands on pages already mapped. glibc keeps freed heap
-mapped under "reuse" (``MALLOC_TRIM_THRESHOLD_`` 1 GiB), so that happens once per process, before the first round
-(which is never counted) and again only if a round grows. Blocks of 32 MiB and more are mapped afresh by glibc
-every time under either setting, spacer or not.
+round every page of the heap, and both spacers' largest size past what it holds, is written once (``prefault``), so that a
+buffer pushed past the old top lands on pages already mapped. glibc keeps freed heap mapped under "reuse"
+(``MALLOC_TRIM_THRESHOLD_`` 1 GiB), so that happens before the first round (which is never counted) and again only
+after a round that grew the heap. Blocks of 32 MiB and more are mapped afresh by glibc every time under either
+setting, spacer or not. The sandbox reports the page faults inside each sample (``page_faults_in_samples``).
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ class Placement:
         self.span = max(0, int(span_bytes)) // PAGE * PAGE
         self._held: list[torch.Tensor] = []
         self._rng: Optional[random.Random] = None
-        self._heap_high = 0  # the largest main-arena heap seen at a round's end
-        self._faulted = 0  # heap bytes written once by prefault
+        self._faulted = 0  # the heap's size when every page of it had been written (0: not yet)
         self._mallinfo = _mallinfo2() if self.span else None
         self.rounds = 0
         self.prefaulted_bytes = 0
@@ -71,31 +70,47 @@ class Placement:
 
     def _spacer(self) -> None:
         assert self._rng is not None
-        n = self._rng.randrange(self.span // PAGE) * PAGE + self._rng.randrange(PAGE // LINE) * LINE
+        # at least the span: a smaller block would fill whichever small free hole glibc's best fit finds and move
+        # nothing (measured: outputs landed on the same address round after round)
+        n = self.span + self._rng.randrange(self.span // PAGE) * PAGE + self._rng.randrange(PAGE // LINE) * LINE
         if n:
             t = torch.empty(n, dtype=torch.uint8)
             t[::PAGE] = 0  # its own pages mapped now, not by whatever lands next to it inside a sample
             self._held.append(t)
 
-    def heap_bytes(self) -> int:
+    def _heap(self) -> Optional[tuple[int, int]]:
+        """``(arena, keepcost)``: the main heap's size, and its top chunk (the part past every allocation)."""
         info = self._mallinfo() if self._mallinfo else None
-        return int(info.arena) if info is not None else 0
+        return (int(info.arena), int(info.keepcost)) if info is not None else None
 
     def prefault(self) -> None:
-        """Grow the heap to the largest round so far plus both spacers' span, every page written once."""
-        want = self._heap_high + 2 * self.span + CHUNK
-        if want <= self._faulted:
+        """Before a round: every page of the heap, and both spacers at their largest plus one chunk past what it
+        holds, written once -- unless the heap has not grown since that was last done. Allocated in chunks under glibc's mmap
+        threshold, so they come from the heap: first the margin (which may extend the heap, by glibc's top pad
+        too), then whatever is left of the top chunk, so the pad's pages are written as well; then all freed."""
+        heap = self._heap()
+        if self._faulted and (heap is None or heap[0] <= self._faulted):
             return
-        chunks = []
-        left = want
-        while left > 0:
-            c = torch.empty(min(CHUNK, left), dtype=torch.uint8)
+        chunks: list[torch.Tensor] = []
+
+        def take(n: int) -> None:
+            c = torch.empty(n, dtype=torch.uint8)
             c[::PAGE] = 0
             chunks.append(c)
-            left -= c.numel()
-        del chunks
-        self.prefaulted_bytes += want - self._faulted
-        self._faulted = want
+
+        left = 4 * self.span + CHUNK  # both spacers at their largest
+        while left > 0:
+            take(min(CHUNK, left))
+            left -= chunks[-1].numel()
+        for _ in range(64):  # the rest of the top chunk, never past it (that would grow the heap again)
+            heap = self._heap()
+            if heap is None or heap[1] <= (256 << 10):
+                break
+            take(min(CHUNK, heap[1] - (128 << 10)))
+        heap = self._heap()
+        self.prefaulted_bytes += sum(c.numel() for c in chunks)
+        chunks.clear()
+        self._faulted = heap[0] if heap is not None else 1
 
     def before_inputs(self, seed: int) -> None:
         """A round begins: the heap is grown if it must be, then the first spacer."""
@@ -115,11 +130,10 @@ class Placement:
         """The round's outputs are released: how large the heap got, then the spacers go."""
         if not self.enabled:
             return
-        self._heap_high = max(self._heap_high, self.heap_bytes())
         self._held = []
         self._rng = None
         self.rounds += 1
 
     def info(self) -> dict[str, Any]:
         return {"span_bytes": self.span, "rounds": self.rounds, "prefaulted_bytes": self.prefaulted_bytes,
-                "heap_high_bytes": self._heap_high}
+                "heap_bytes": self._faulted}

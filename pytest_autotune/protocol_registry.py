@@ -31,6 +31,10 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # process; [probes].magnitudes = "overflow-safe" (new, optional key): probe values within the range where a sum
     # of squares stays finite (KernelBench at published sizes: issue 25, docs/results-h200.md)
     "6": "c9ecd4d8d6d5e1ccb85ba48e1861f8d4c9c57bdde48c85fbb61b29d605127570",
+    # 7: [devices.cpu].placement_span_kib = 1024 (new, optional key): every CPU timing round's data on fresh
+    # placements inside its sandbox, the heap written before the round so that no page fault lands in a sample
+    # (issue 28; docs/harness.md, "Fresh placements"). Nothing else changes; the GPU leg does not read it.
+    "7": "8560bebb87a2018111866760397bec2369ec6c26cd0baf6da7990496632d1ffb",
 }
 
 

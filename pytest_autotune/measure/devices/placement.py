@@ -8,17 +8,20 @@ processes average out (docs/harness.md). Stabilizer (Curtsinger & Berger 2013) t
 noise within one run by moving things while it runs; this does the same for a timed arm's data.
 
 Each round, before its inputs are built, the sandbox holds a *spacer* of a random size (the span plus whole pages
-and a random cache line, below twice the span) and a second one after the inputs and before the round's samples, so the inputs, and
-the outputs and temporaries of its calls, start on other pages and at other offsets from each other. Both spacers
-are freed when the round is released. The sizes come from the round's input seeds, drawn afresh by the controller
-for every round, the same in both arms' sandboxes (their heaps differ by their own histories anyway).
+and a random cache line, below twice the span) and a second one after the inputs and before the round's samples,
+so the inputs, and the outputs and temporaries of its calls, start on other pages and at other offsets from each
+other. Both spacers are freed when the round is released. The sizes come from the round's input seeds, drawn afresh
+by the controller for every round, the same in both arms' sandboxes (their heaps differ by their own histories).
 
 Allocation and page faults stay out of the samples: the spacers are allocated before the samples, and before a
-round every page of the heap, and both spacers' largest size past what it holds, is written once (``prefault``), so that a
-buffer pushed past the old top lands on pages already mapped. glibc keeps freed heap mapped under "reuse"
-(``MALLOC_TRIM_THRESHOLD_`` 1 GiB), so that happens before the first round (which is never counted) and again only
-after a round that grew the heap. Blocks of 32 MiB and more are mapped afresh by glibc every time under either
-setting, spacer or not. The sandbox reports the page faults inside each sample (``page_faults_in_samples``).
+round every page of the heap, and both spacers' largest size past what it holds, is written once (``prefault``),
+so that a buffer pushed past the old top lands on pages already mapped. glibc keeps freed heap mapped under
+"reuse" (``MALLOC_TRIM_THRESHOLD_`` 1 GiB), so that happens before the first round (which is never counted) and
+again only after a round that grew the heap. Blocks of 32 MiB and more are mapped afresh by glibc every time under
+either setting, spacer or not. The sandbox reports the page faults inside each sample (``page_faults_in_samples``).
+
+Like everything in the sandbox, this runs in the candidate's process, which can undo it; what it can gain there is
+a placement of its own data, which its own code could choose anyway. The controller's books do not depend on it.
 """
 
 from __future__ import annotations
@@ -85,9 +88,9 @@ class Placement:
 
     def prefault(self) -> None:
         """Before a round: every page of the heap, and both spacers at their largest plus one chunk past what it
-        holds, written once -- unless the heap has not grown since that was last done. Allocated in chunks under glibc's mmap
-        threshold, so they come from the heap: first the margin (which may extend the heap, by glibc's top pad
-        too), then whatever is left of the top chunk, so the pad's pages are written as well; then all freed."""
+        holds, written once -- unless the heap has not grown since that was last done. Allocated in chunks under
+        glibc's mmap threshold, so they come from the heap: first the margin (which may extend the heap, by glibc's
+        top pad too), then whatever is left of the top chunk, so the pad's pages are written as well; then freed."""
         heap = self._heap()
         if self._faulted and (heap is None or heap[0] <= self._faulted):
             return
@@ -127,7 +130,7 @@ class Placement:
             self._spacer()
 
     def end_round(self) -> None:
-        """The round's outputs are released: how large the heap got, then the spacers go."""
+        """The round's inputs and outputs are released: its spacers go too."""
         if not self.enabled:
             return
         self._held = []

@@ -38,6 +38,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -263,15 +264,16 @@ def _disable_conftest() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_session(pytester: pytest.Pytester, name: str) -> SessionRun:
-    cases = [c for c in CATALOG if c.session == name]
+def _run_session(pytester: pytest.Pytester, name: str, only: Optional[list[Case]] = None,
+                 overrides: Optional[dict] = None) -> SessionRun:
+    cases = only if only is not None else [c for c in CATALOG if c.session == name]
     root = pytester.path
     shutil.copytree(CHEATS / "problems", root / "problems")
     for c in cases:
         dest = root / "candidates" / c.problem / f"{c.name}.py"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(c.path, dest)
-    (root / "protocol.toml").write_text(fast_protocol_text(**SESSION_PROTOCOL[name]))
+    (root / "protocol.toml").write_text(fast_protocol_text(**{**SESSION_PROTOCOL[name], **(overrides or {})}))
     conftest = _disable_conftest()
     if conftest:
         (root / "conftest.py").write_text(conftest)
@@ -312,6 +314,38 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
             print(f"cheat catalog session {run.name}: {run.seconds:.0f} s, {len(run.items)} items")
 
 
+@pytest.fixture
+def remeasure(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """A session of its own for a "gains nothing" cheat and the honest reference, each over two pairs of processes:
+    the catalog's sessions give an item one pair of processes in 0.6 s, and one pair carries an offset of its own
+    (docs/harness.md, "A/A across processes"): a fresh-clone CI run read cheat_instance_patch, which computes what
+    honest_fused computes, at 4.32x [4.12, 4.43] against 3.30-3.40, where twelve sessions of the two alone agreed
+    within 6%. A real gain repeats in a second session; an offset of one pair of processes does not."""
+    mp = pytest.MonkeyPatch()
+
+    def run(case: Case) -> SessionRun:
+        pytester = pytest.Pytester(request, tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
+        honest = next(c for c in CATALOG if (c.problem, c.name) == REFERENCE_HONEST)
+        return _run_session(pytester, case.session, only=[honest, case],
+                            overrides={"timing.process_pairs": "2", "timing.item_budget_s": "1.2"})
+
+    try:
+        yield run
+    finally:
+        mp.undo()
+
+
+def _gain(it: dict, honest: dict) -> Optional[str]:
+    """Whether an accepted "gains nothing" cheat gained: its CI entirely above the honest candidate's (x the
+    margin; two items of one noisy session, measured minutes apart, differ by more than their point estimates
+    say). None, or what it read."""
+    limit = honest["ci"][1] * GAIN_MARGIN
+    if it["ci"][0] <= limit:
+        return None
+    return (f"{it['speedup']:.2f}x (CI {it['ci']}), the honest {REFERENCE_HONEST[1]} has CI {honest['ci']} "
+            f"(limit {limit:.2f}x)")
+
+
 def _item(run: SessionRun, case: Case) -> dict:
     it = run.items.get((case.problem, case.name))
     assert it is not None, (
@@ -331,7 +365,7 @@ def _counts_every_process(run: "SessionRun") -> bool:
 
 
 @pytest.mark.parametrize("case", [c for c in CATALOG if c.session != "store"], ids=lambda c: c.id)
-def test_catalog(sessions, case: Case) -> None:
+def test_catalog(sessions, remeasure, case: Case) -> None:
     run = sessions(case.session)
     if case.needs_jail_count and not _counts_every_process(run):
         pytest.skip(f"{case.name}: its defence is the jail's pid namespace or cgroup, which this machine does not "
@@ -341,12 +375,19 @@ def test_catalog(sessions, case: Case) -> None:
         if it["verdict"] == "accepted":
             honest = run.items.get(REFERENCE_HONEST)
             assert honest is not None and honest["verdict"] == "accepted", "the honest reference must be accepted"
-            # a gain is a CI entirely above the honest candidate's (x the margin): two items of one noisy
-            # session, measured minutes apart, differ by more than their point estimates say
-            limit = honest["ci"][1] * GAIN_MARGIN
-            assert it["ci"][0] <= limit, (
-                f"{case.name} gained: {it['speedup']:.2f}x (CI {it['ci']}), the honest {REFERENCE_HONEST[1]} has CI "
-                f"{honest['ci']} (limit {limit:.2f}x)\n{_describe(it)}")
+            first = _gain(it, honest)
+            if first is None:
+                return
+            again = remeasure(case)  # a gain must repeat in a session of its own, over two pairs of processes
+            it2, honest2 = _item(again, case), again.items.get(REFERENCE_HONEST)
+            assert honest2 is not None and honest2["verdict"] == "accepted", "the honest reference must be accepted"
+            if it2["verdict"] != "accepted":
+                assert it2["verdict"] == "rejected" and it2["gate"] in ("correctness", "probe", "integrity"), \
+                    _describe(it2)
+                return
+            second = _gain(it2, honest2)
+            assert second is None, (f"{case.name} gained in two sessions: {first}; then {second}\n{_describe(it)}\n"
+                                    f"{_describe(it2)}")
         else:
             assert it["verdict"] == "rejected" and it["gate"] in ("correctness", "probe", "integrity"), _describe(it)
         return

@@ -14,7 +14,7 @@ other. Both spacers are freed when the round is released. The sizes come from th
 by the controller for every round, the same in both arms' sandboxes (their heaps differ by their own histories).
 
 Allocation and page faults stay out of the samples: the spacers are allocated before the samples, and before a
-round every page of the heap, and both spacers' largest size past what it holds, is written once (``prefault``),
+round every page of the heap, and a margin past what it holds, is written once (``prefault``),
 so that a buffer pushed past the old top lands on pages already mapped. glibc keeps freed heap mapped under
 "reuse" (``MALLOC_TRIM_THRESHOLD_`` 1 GiB), so that happens before the first round (which is never counted) and
 again only after a round that grew the heap. Blocks of 32 MiB and more are mapped afresh by glibc every time under
@@ -63,6 +63,8 @@ class Placement:
         self._held: list[torch.Tensor] = []
         self._rng: Optional[random.Random] = None
         self._faulted = 0  # the heap's size when every page of it had been written (0: not yet)
+        self._in_use_before = 0  # bytes in use when the round began (glibc's uordblks)
+        self._round_inputs = 0  # the largest round's inputs and first spacer so far, in bytes
         self._mallinfo = _mallinfo2() if self.span else None
         self.rounds = 0
         self.prefaulted_bytes = 0
@@ -86,9 +88,14 @@ class Placement:
         info = self._mallinfo() if self._mallinfo else None
         return (int(info.arena), int(info.keepcost)) if info is not None else None
 
+    def _in_use(self) -> int:
+        info = self._mallinfo() if self._mallinfo else None
+        return int(info.uordblks) if info is not None else 0
+
     def prefault(self) -> None:
-        """Before a round: every page of the heap, and both spacers at their largest plus one chunk past what it
-        holds, written once -- unless the heap has not grown since that was last done. Allocated in chunks under
+        """Before a round: every page of the heap, and a margin past what it holds (both spacers at their largest,
+        twice the largest round's inputs, one chunk), written once -- unless the heap has not grown since that was
+        last done. Allocated in chunks under
         glibc's mmap threshold, so they come from the heap: first the margin (which may extend the heap, by glibc's
         top pad too), then whatever is left of the top chunk, so the pad's pages are written as well; then freed."""
         heap = self._heap()
@@ -101,7 +108,11 @@ class Placement:
             c[::PAGE] = 0
             chunks.append(c)
 
-        left = 4 * self.span + CHUNK  # both spacers at their largest
+        # both spacers at their largest, and twice the largest round's inputs: a round's outputs are about as large
+        # as its inputs, and spacers of other sizes leave holes the next round's blocks do not fit (measured on
+        # 14_hardswish's rounds of 2 x 7 sets of 4 MiB: the heap grew in steps over the first rounds, and each
+        # step's fresh pages were faulted in inside samples, ~24,000 faults in one item with a margin of one chunk)
+        left = 4 * self.span + CHUNK + 2 * self._round_inputs
         while left > 0:
             take(min(CHUNK, left))
             left -= chunks[-1].numel()
@@ -122,11 +133,13 @@ class Placement:
         if self._rng is None:  # a half-round's second group (measure/schedule.py) keeps the round's spacers
             self.prefault()
             self._rng = random.Random(seed)
+            self._in_use_before = self._in_use()
         self._spacer()
 
     def after_inputs(self) -> None:
         """The round's inputs exist: the second spacer, between them and what the round's calls allocate."""
         if self.enabled and self._rng is not None:
+            self._round_inputs = max(self._round_inputs, self._in_use() - self._in_use_before)
             self._spacer()
 
     def end_round(self) -> None:

@@ -20,6 +20,7 @@ import time
 from typing import Any, Optional
 
 from .errors import ProblemLoadError
+from .flow_baseline import BaselineStage
 from .gates.base import (
     STAGES,
     BaselineChoice,
@@ -28,7 +29,6 @@ from .gates.base import (
     GateContext,
     GateOutcome,
 )
-from .gates.compare import compare_outputs
 from .golden import Golden
 from .item_memory import DoesNotFit, holders, plan_item, settle
 from .item_run import FlowEnv, FlowVerdict, ItemRun
@@ -36,11 +36,11 @@ from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
 from .jsonable import jsonable
+from .measure.input_sets import choose_input_sets
 from .measure.memory import UNBUDGETED, MemoryPlan
 from .measure.schedule import TimingEvidence, TimingRefused, pool_process_pairs, run_paired_timing
-from .problems.discovery import baselines_for
 from .problems.loader import LoadedProblem
-from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, ProblemRef, SourceFile
+from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, SourceFile
 from .result import ItemOutcome, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure
 from .seeds import SeedSource
@@ -50,7 +50,7 @@ from .seeds import SeedSource
 MIN_PROCESS_PAIRS = 2
 
 
-class KernelFlow:
+class KernelFlow(BaselineStage):
     def __init__(self, env: FlowEnv) -> None:
         self.env = env
 
@@ -113,12 +113,13 @@ class KernelFlow:
             ctx.details.setdefault("stage_seconds", {})[stage] = round(time.perf_counter() - t0, 4)
 
     def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, probes: Optional[dict[str, dict]] = None,
-                share: int = 1, memory: MemoryPlan = UNBUDGETED) -> TimingEvidence:
+                share: int = 1, memory: MemoryPlan = UNBUDGETED,
+                derive_spread: Optional[float] = None) -> TimingEvidence:
         """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over up to that many pairs
         of processes, each with that share of the budget and of the maximum pair count, and its share of the
         minimum among the MIN_PROCESS_PAIRS that always run."""
         env = self.env
-        plan = env.protocol.timing_plan(env.device_spec.name)
+        plan = dataclasses.replace(env.protocol.timing_plan(env.device_spec.name), derive_spread=derive_spread)
         if share > 1:
             # min_pairs is shared by the pairs of processes every item gets (MIN_PROCESS_PAIRS), so the item has it
             # whether or not later ones start; each may stop on its own CI only once it has check_every pairs (a
@@ -131,53 +132,6 @@ class KernelFlow:
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
                                  budget_scale=env.budget_scale / share, sample_cpus=env.cpus,
                                  probes=probes, memory=memory)
-
-    # ------------------------------------------------------------------------------------------ baseline
-    def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
-                        golden: Golden, item: Optional[ItemRun] = None) -> BaselineChoice:
-        """The strongest frozen baseline on this device: the reference, or a declared baseline (a file under
-        ``baselines/<problem>/``) that is correct and, timed paired against the reference here, faster.
-        Computed once per problem and device per process; the caller holds the device exclusively."""
-        key = (str(pref.path), problem_src.sha256, self.env.device_spec.name)
-        if key in self.env.baselines:
-            return self.env.baselines[key]
-        env = self.env
-        seeds = SeedSource(env.nonce, f"{pref.name}|@baseline|{env.device_spec.name}")
-        declared = baselines_for(pref) if env.device.framework == "torch" else []
-        best = BaselineChoice(REFERENCE_BASELINE, problem_src.sha256, 1.0)
-        for b in declared:
-            bsrc = SourceFile.read(b.path)  # type: ignore[arg-type]
-            try:
-                with self._start(self._init(problem_src, sizes, golden.init_seed, "candidate", bsrc, "ModelNew"),
-                                 f"baseline-{pref.name}-{b.name}") as box:
-                    ctx = GateContext(nodeid=f"{pref.name}@{b.name}", protocol=env.protocol, problem=problem,
-                                      candidate=None, device=env.device, seeds=seeds, sizes=sizes,  # type: ignore
-                                      sandbox=box, golden=golden)
-                    recipes = [{"seed": s} for s in seeds.seeds("correctness", env.protocol.seeds.count)]
-                    for recipe in recipes:
-                        call = ctx.candidate_outputs([recipe], delay=0.0)[0]
-                        bad = call.error or (None if (c := compare_outputs(call.output, golden(recipe), env.protocol,
-                                                                           f"seed {recipe['seed']}")).ok else c.reason)
-                        if bad:
-                            raise ProblemLoadError(str(b.path), f"declared baseline is not correct: {bad}")
-                    golden.clear()
-                    memory = item.ctx.memory if item is not None else UNBUDGETED
-                    with self._start(self._init(problem_src, sizes, golden.init_seed, "baseline", None, "Model"),
-                                     f"reference-{pref.name}") as ref:
-                        ev = self._timing(box, ref, seeds, memory=memory)
-            except (ProblemLoadError, CandidateFailure, CandidateRefusal, TimingRefused, SandboxFailure) as e:
-                best.errors.append(f"baseline {b.name} ignored: {getattr(e, 'reason', e)}")
-                best.considered[b.name] = None
-                continue
-            finally:
-                if item is not None:
-                    settle(env, item, f"declared baseline {b.name}'s sandboxes")
-            assert ev.estimate is not None
-            best.considered[b.name] = ev.estimate.speedup
-            if ev.estimate.speedup > best.gain_vs_reference:
-                best.baseline, best.baseline_sha256, best.gain_vs_reference = b, bsrc.sha256, ev.estimate.speedup
-        env.baselines[key] = best
-        return best
 
     # ------------------------------------------------------------------------------------------ the item
     def run(self, spec: KernelItemSpec) -> FlowVerdict:
@@ -352,6 +306,11 @@ class KernelFlow:
         n = plan.process_pairs
         runs: list[TimingEvidence] = []
         t0 = time.perf_counter()
+        choice = choose_input_sets(item.golden, env.protocol, plan.derive_spread, ctx.seeds.seed("input-sets"),
+                                   ctx.seeds.seed("input-sets-positions"))
+        item.golden.clear()
+        item.derive_spread = choice.spread
+        ctx.details["input_sets"] = choice.details()
         for j in range(n):
             # past the second pair of processes, one more starts only while the timing stage (sandbox starts and
             # imports included) is within the item budget: where a sandbox takes seconds to start (a problem
@@ -391,7 +350,8 @@ class KernelFlow:
                 item.boxes[f"candidate (timing){suffix}"] = box
             item.boxes[f"baseline{suffix}"] = base
             try:
-                ev = self._timing(box, base, ctx.seeds, item.probes, share=n, memory=ctx.memory)
+                ev = self._timing(box, base, ctx.seeds, item.probes, share=n, memory=ctx.memory,
+                                  derive_spread=item.derive_spread)
             except TimingRefused as e:
                 return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
             ctx.timing = ev

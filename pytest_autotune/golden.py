@@ -68,14 +68,15 @@ class Golden:
             return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
         return materialize(self.problem, r)
 
-    def iter_stream(self, recipe: dict) -> Iterator[Any]:
+    def iter_stream(self, recipe: dict, only: Optional[list[int]] = None) -> Iterator[Any]:
         """The golden outputs of a stream recipe's input sets, in order, one at a time: each set is built, run and
-        dropped before the next (a timing group's sets are each seen once; at published sizes one set is GBs)."""
+        dropped before the next (a timing group's sets are each seen once; at published sizes one set is GBs).
+        ``only``: the outputs of just those sets."""
         r = dict(recipe)
         r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
         model = self._model(r["sizes"])
-        sets = (iter_stream(self.problem, r, self.device.to_device, self.device.generation_device())
-                if self.on_device else iter_stream(self.problem, r))
+        sets = (iter_stream(self.problem, r, self.device.to_device, self.device.generation_device(), only=only)
+                if self.on_device else iter_stream(self.problem, r, only=only))
         for xs in sets:
             with torch.no_grad():
                 box = [_detached(model(*xs))]

@@ -73,6 +73,8 @@ class ItemRun:
     boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
     #: the device's free memory when the item's plan was made (item_memory.settle waits for it to come back)
     free_at_start: Optional[int] = None
+    #: the spread its timing rounds derive input sets with, None: drawn (measure/input_sets.py)
+    derive_spread: Optional[float] = None
 
     @property
     def baseline_name(self) -> str:

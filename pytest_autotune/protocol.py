@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Union
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,211 +23,33 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import ProtocolError
+from .protocol_sections import (  # noqa: F401 - re-exported: the sections are part of this module's API
+    BandsSection,
+    BarsSection,
+    BreakerSection,
+    CorrectnessSection,
+    CpuSection,
+    CudaSection,
+    DevicesSection,
+    EnginesSection,
+    IntegritySection,
+    MemorySection,
+    ProbesSection,
+    ProtocolMeta,
+    SandboxSection,
+    SeedsSection,
+    StatisticsSection,
+    StudiesSection,
+    SurfaceSection,
+    TimingPlan,
+    TimingSection,
+    Tolerance,
+    _f,  # noqa: F401
+)
 
 PACKAGED_PROTOCOL = Path(__file__).with_name("protocol.toml")
 
 _FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
-
-
-def _rule(*, ge: float | None = None, gt: float | None = None, le: float | None = None, choices=None):
-    return {"ge": ge, "gt": gt, "le": le, "choices": choices}
-
-
-def _f(default=dataclasses.MISSING, **rule):
-    return field(default=default, metadata={"rule": _rule(**rule)})
-
-
-@dataclass(frozen=True)
-class ProtocolMeta:
-    name: str = _f()
-    version: str = _f()
-
-
-@dataclass(frozen=True)
-class SeedsSection:
-    count: int = _f(ge=1)
-
-
-@dataclass(frozen=True)
-class TimingSection:
-    order: str = _f(choices=("ABBA", "ABBA/BAAB"))
-    warmup_calls: int = _f(ge=0)
-    calibration_calls: int = _f(ge=1)
-    min_pairs: int = _f(ge=2)
-    max_pairs: int = _f(ge=2)
-    check_every: int = _f(ge=1)
-    min_sample_s: float = _f(ge=0.0)
-    max_calls_per_sample: int = _f(ge=1)
-    item_budget_s: float = _f(gt=0.0)
-    cpu_threads: int = _f(ge=1)
-    pin: str = _f(choices=("same-cpu", "none"))
-    fresh_sandboxes: bool = _f()
-    disable_gc: bool = _f()
-    process_pairs: int = _f(ge=1)
-
-
-@dataclass(frozen=True)
-class StatisticsSection:
-    ci_method: str = _f(choices=("bootstrap-percentile",))
-    ci_level: float = _f(gt=0.0, le=0.9999)
-    ci_target_rel_width: float = _f(gt=0.0)
-    bootstrap_resamples: int = _f(ge=100)
-    # optional (protocols 1-4 have no such key: "ratios"); measure/stats.py clustered_estimate
-    pooling: Optional[str] = _f(default=None, choices=("process-medians", "ratios"))
-
-    @property
-    def pooling_rule(self) -> str:
-        return self.pooling or "ratios"
-
-
-@dataclass(frozen=True)
-class CorrectnessSection:
-    near_constant_rel_spread: float = _f(ge=0.0)
-    recheck_delay_s: float = _f(ge=0.0)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    rtol: float = _f(ge=0.0)
-    atol: float = _f(ge=0.0)
-
-
-@dataclass(frozen=True)
-class BreakerSection:
-    max_speedup: float = _f(gt=1.0)
-
-
-@dataclass(frozen=True)
-class ProbesSection:
-    max_examples: int = _f(ge=0)
-    shape_examples: int = _f(ge=0)
-    deadline_s: float = _f(gt=0.0)
-    # optional (protocols 1-5 have no such key: "any", every probe scale up to the dtype's largest value);
-    # gates/probe_domain.py
-    magnitudes: str = _f(default="any", choices=("any", "overflow-safe"))
-
-
-@dataclass(frozen=True)
-class SandboxSection:
-    timeout_s: float = _f(gt=0.0)
-    memory_mb: int = _f(ge=64)
-    start_timeout_s: float = _f(gt=0.0)
-    malloc: str = _f(choices=("reuse", "default"))
-    thp: str = _f(choices=("off", "default"))
-    isolation: str = _f(choices=("required", "preferred", "off"))
-    max_processes: int = _f(ge=8)
-
-
-@dataclass(frozen=True)
-class IntegritySection:
-    wall_clock_hidden_abs_s: float = _f(ge=0.0)
-    wall_clock_hidden_rel: float = _f(ge=0.0, le=1.0)
-    idle_cpu_per_command_s: float = _f(ge=0.0)
-    idle_cpu_rel: float = _f(ge=0.0, le=1.0)
-    prepare_cpu_max_ratio: float = _f(ge=1.0)
-    prepare_cpu_abs_s: float = _f(ge=0.0)
-    verify_rounds: int = _f(ge=0)
-    max_new_threads: int = _f(ge=0)
-
-
-@dataclass(frozen=True)
-class CpuSection:
-    cache_flush_factor: float = _f(ge=0.0)
-    placement_span_kib: int = _f(default=0, ge=0)
-
-
-@dataclass(frozen=True)
-class CudaSection:
-    l2_flush_factor: int = _f(ge=2)
-    graph_below_s: float = _f(ge=0.0)
-    event_host_max_ratio: float = _f(ge=1.0)
-    min_sample_s: float = _f(ge=0.0)
-    max_calls_per_sample: int = _f(ge=1)
-    item_budget_s: float = _f(gt=0.0)
-    ci_target_rel_width: float = _f(gt=0.0)
-    # optional (protocols 1-4 have no such key and meant [timing].process_pairs on every device)
-    process_pairs: Optional[int] = _f(default=None, ge=1)
-
-
-@dataclass(frozen=True)
-class DevicesSection:
-    cpu: CpuSection = _f()
-    cuda: CudaSection = _f()
-
-
-@dataclass(frozen=True)
-class TimingPlan:
-    """The timing schedule's numbers for one device: ``[timing]`` and ``[statistics]``, with the device's own
-    section overriding what it sets (``[devices.cuda]`` samples a millisecond of GPU time and aims at a 1% CI)."""
-
-    order: str
-    warmup_calls: int
-    calibration_calls: int
-    min_pairs: int
-    max_pairs: int
-    check_every: int
-    min_sample_s: float
-    max_calls_per_sample: int
-    item_budget_s: float
-    ci_target_rel_width: float
-    process_pairs: int
-    #: fewest pairs behind a stop on the CI target (a share of the item's pairs can be 2-3, and a bootstrap of so
-    #: few ratios can read narrow by chance); 0: min_pairs
-    ci_stop_min_pairs: int = 0
-
-
-@dataclass(frozen=True)
-class BarsSection:
-    fast_p_thresholds: tuple[float, ...] = _f()
-    level1_min_correct_fraction: float = _f(ge=0.0, le=1.0)
-    level1_min_median_speedup: float = _f(gt=0.0)
-
-
-@dataclass(frozen=True)
-class BandsSection:
-    saturation: float = _f(ge=0.0)
-    anchoring: float = _f(ge=0.0)
-
-
-@dataclass(frozen=True)
-class MemorySection:
-    """Device memory planned across an item's processes (measure/memory.py); optional (protocols 1-5: defaults)."""
-    headroom: float = _f(default=0.05, ge=0.0, le=0.5)
-    process_overhead_mb: int = _f(default=1024, ge=0)
-
-
-@dataclass(frozen=True)
-class StudiesSection:
-    """Studies (docs/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
-
-    min_usable_fraction: float = _f(ge=0.0, le=1.0)
-    max_truncation_rate: float = _f(ge=0.0, le=1.0)
-    max_error_rate: float = _f(ge=0.0, le=1.0)
-    max_timeout_rate: float = _f(ge=0.0, le=1.0)
-    call_timeout_s: float = _f(gt=0.0)
-
-
-@dataclass(frozen=True)
-class SurfaceSection:
-    modifiable: tuple[str, ...] = _f()
-
-
-@dataclass(frozen=True)
-class EnginesSection:
-    """Serving-engine items (docs/engines.md)."""
-
-    launch_pairs: int = _f(ge=1)
-    windows_per_launch: int = _f(ge=1)
-    warmup_windows: int = _f(ge=0)
-    quality_prompts: int = _f(ge=1)
-    quality_max_tokens: int = _f(ge=1)
-    quality_concurrency: int = _f(ge=1)
-    quality_min_agreement: float = _f(ge=0.0, le=1.0)
-    max_error_rate: float = _f(ge=0.0, le=1.0)
-    launch_timeout_s: float = _f(gt=0.0)
-    stop_grace_s: float = _f(gt=0.0)
-    request_timeout_s: float = _f(gt=0.0)
-    metrics_interval_s: float = _f(gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -264,6 +86,12 @@ class Protocol:
         """Tolerance for a floating dtype name (``"float32"``); ``None`` for exact (integer/bool) dtypes."""
         return self.tolerance.get(dtype_name)
 
+    def verify_rounds(self, device: str) -> int:
+        """Timed rounds the timed-outputs gate checks against golden outputs on ``device``."""
+        if device == "cpu" and self.devices.cpu.verify_rounds is not None:
+            return self.devices.cpu.verify_rounds
+        return self.integrity.verify_rounds
+
     def timing_plan(self, device: str) -> TimingPlan:
         t = self.timing
         plan = TimingPlan(order=t.order, warmup_calls=t.warmup_calls, calibration_calls=t.calibration_calls,
@@ -271,6 +99,10 @@ class Protocol:
                           min_sample_s=t.min_sample_s, max_calls_per_sample=t.max_calls_per_sample,
                           item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width,
                           process_pairs=t.process_pairs)
+        if device == "cpu":
+            c = self.devices.cpu
+            plan = dataclasses.replace(plan, prints_per_group=c.prints_per_group,
+                                       derive_spread=c.derived_spread if c.input_sets == "derived" else None)
         if device == "cuda":
             c = self.devices.cuda
             plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,

@@ -35,6 +35,11 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # placements inside its sandbox, the heap written before the round so that no page fault lands in a sample
     # (issue 28; docs/harness.md, "Fresh placements"). Nothing else changes; the GPU leg does not read it.
     "7": "8560bebb87a2018111866760397bec2369ec6c26cd0baf6da7990496632d1ffb",
+    # 8: the CPU's timing rounds derive their input sets from one get_inputs() draw a round ([devices.cpu].input_sets,
+    # derived_spread; new, optional keys), fingerprint two timed outputs of each group chosen after the round and
+    # check 8 rounds (prints_per_group, verify_rounds: new, optional); [timing].process_pairs 6 -> 2 and
+    # item_budget_s 12 -> 4. Issue 28; docs/harness.md, "Derived input sets". The GPU leg reads none of it.
+    "8": "4adbd924b1d72c079be781657242baf7626f240923455873979ee3180861dacb",
 }
 
 

@@ -89,6 +89,9 @@ CATALOG: list[Case] = [
          "fresh inputs per call: stale answers fail correctness/timed outputs, or gain nothing"),
     Case("softmax_rows", "cheat_cache_hash", "main", NO_GAIN, (), "",
          "fresh seeds per call (measure/schedule.py): the cache never hits"),
+    Case("softmax_rows", "cheat_cache_signs", "main", R, ("integrity",), r"timed round \d+, candidate call",
+         "derived sets move every value by up to ~12% (problems/derived.py): a replayed answer fails the timed-outputs "
+         "check of the calls the controller chose after the round (gates/timed_outputs.py)"),
     Case("softmax_rows", "cheat_precompute_seeds", "main", R, ("correctness",), r"outside tolerance",
          "seeds from a per-run nonce (seeds.py)"),
     # ---------------------------------------------------------------- precision, inputs, outputs

@@ -334,6 +334,39 @@ def test_timed_outputs_refuses_a_stale_timed_answer():
     assert refused is not None and "timed round 1, candidate call 1" in refused.reason
 
 
+def test_timed_outputs_checks_the_calls_the_controller_chose_after_the_round():
+    """[devices.cpu].prints_per_group: a round's prints are of a few calls, named by ``print_calls`` (p1's 0..k-1,
+    then p2's); the gate builds the golden outputs of just those sets and compares each with its own call's print."""
+    ev = _evidence(3, lambda r, pos, arm, g: {"work": 0.001})
+    k = 3
+    asked: list = []
+
+    def golden_of(recipe: dict, only=None):
+        asked.append((recipe["seed"], only))
+        return (torch.full((8,), float(recipe["seed"] * 10 + j)) for j in (only if only is not None else range(k)))
+
+    def prints(value: float) -> list:
+        t = torch.full((8,), value, dtype=torch.float64)
+        idx = torch.arange(4)
+        return [{"numel": 8, "shape": [8], "dtype": "float32", "sum": float(t.sum()), "abs_sum": float(t.sum()),
+                 "index": idx, "values": t[idx]}]
+
+    for rd in ev.rounds:
+        rd.recipes_p1, rd.recipes_p2 = {**rd.recipes_p1, "count": k}, {**rd.recipes_p2, "count": k}
+        rd.print_calls = [1, k + 2]  # p1's second call, p2's third
+        rd.prints = [prints(rd.recipes_p1["seed"] * 10 + 1.0), prints(rd.recipes_p2["seed"] * 10 + 2.0)]
+    ctx = _ctx(ev)
+    ctx.golden = SimpleNamespace(iter_stream=golden_of)  # type: ignore[assignment]
+    assert TimedOutputsGate().check(ctx, "integrity") is None
+    assert all(only in ([1], [2]) for _, only in asked)
+    ev.rounds[2].prints[1] = prints(ev.rounds[2].recipes_p2["seed"] * 10 + 1.0)  # p2's call 2 returned call 1's answer
+    refused = TimedOutputsGate().check(ctx, "integrity")
+    assert refused is not None and f"timed round 2, candidate call {k + 2}" in refused.reason
+    ev.rounds[0].prints = ev.rounds[0].prints[:1]  # fewer prints than chosen calls
+    refused = TimedOutputsGate().check(ctx, "integrity")
+    assert refused is not None and "1 timed outputs reported for 2 calls" in refused.reason
+
+
 # ------------------------------------------------------------------------------------------------ statistics
 
 

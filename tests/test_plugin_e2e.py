@@ -69,8 +69,12 @@ def relu_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
         write(pt.path, "suite/candidates/relu/bf16.py", F.CAND_RELU_BF16)
         write(pt.path, "suite/relu_nonneg.py", F.RELU_NONNEG)
         write(pt.path, "suite/candidates/relu_nonneg/identity.py", F.CAND_IDENTITY)
-        # up to four pairs of processes on a budget the first two always overrun: exactly two run
-        fast(pt, **{"timing.item_budget_s": "0.001", "timing.process_pairs": "4"})
+        # up to four pairs of processes on a budget the first two always overrun: exactly two run. Each gets 12
+        # pairs of samples: the wall-clock rule compares the arms over at least 12 samples each (gates/clocks.py
+        # MIN_COMPARED); with the fast protocol's 8 pairs in all, 4 per pair of processes, its bootstrapped noise
+        # over 4 samples read 202 us once, and refused the honest clamp for 271 us (2 of 15 runs)
+        fast(pt, **{"timing.item_budget_s": "0.001", "timing.process_pairs": "4", "timing.min_pairs": "24",
+                    "engines.windows_per_launch": "12"})
         (pt.path / "protocol.toml").write_text(
             (pt.path / "protocol.toml").read_text().replace('"candidates/**",', '"candidates/**",\n  "suite/candidates/**",'))
         (pt.path / ".gitignore").write_text(SURFACE_GITIGNORE)

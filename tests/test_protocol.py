@@ -108,14 +108,18 @@ def test_rootdir_without_protocol_uses_the_packaged_copy(tmp_path):
 def test_keys_added_by_protocol_5_are_optional_and_their_absence_keeps_the_older_meaning():
     """A protocol 4 file has no [statistics].pooling and no [devices.cuda].process_pairs: it still loads, pools the
     ratios of its pairs of processes as protocol 4 did, and times CUDA in [timing]'s number of pairs. The shipped
-    protocol sets both: process medians, six pairs of processes on the CPU and two on CUDA."""
+    protocol sets both: process medians, and two pairs of processes on CUDA (and, since protocol 8, on the CPU)."""
     text = ROOT_PROTOCOL.read_text()
     shipped = parse_protocol(text.encode())
     assert shipped.statistics.pooling_rule == "process-medians"
-    assert shipped.timing_plan("cpu").process_pairs == 6 and shipped.timing_plan("cuda").process_pairs == 2
-    older = "\n".join(line for line in text.splitlines()
-                      if not line.startswith(("pooling =", "process_pairs = 2 ")) and "ratios\": the median" not in line
-                      and "start with its CUDA context" not in line)
+    assert shipped.timing_plan("cpu").process_pairs == 2 and shipped.timing_plan("cuda").process_pairs == 2
+    head, cuda = text.split("\n[devices.cuda]\n", 1)
+    cuda_body, rest = cuda.split("\n[", 1)
+    cuda_body = "\n".join(line for line in cuda_body.splitlines()
+                          if not line.startswith("process_pairs") and "start with its CUDA context" not in line)
+    older = "\n".join(line for line in head.splitlines()
+                      if not line.startswith("pooling =") and "ratios\": the median" not in line)
+    older = older.replace("process_pairs = 2 ", "process_pairs = 6 ") + "\n[devices.cuda]\n" + cuda_body + "\n[" + rest
     assert "pooling" not in older.split("[correctness]")[0].split("[statistics]")[1]
     proto = parse_protocol(older.encode())
     assert proto.statistics.pooling is None and proto.statistics.pooling_rule == "ratios"
@@ -123,3 +127,24 @@ def test_keys_added_by_protocol_5_are_optional_and_their_absence_keeps_the_older
     assert proto.timing_plan("cuda").process_pairs == proto.timing.process_pairs == 6
     with pytest.raises(ProtocolError, match="pooling"):
         parse_protocol(text.replace('pooling = "process-medians"', 'pooling = "mean"').encode())
+
+
+def test_keys_added_by_protocol_8_are_optional_and_their_absence_keeps_the_older_meaning():
+    """[devices.cpu].input_sets, derived_spread, prints_per_group and verify_rounds: a protocol 7 file has none of
+    them and times as it did (every set drawn, every timed output fingerprinted, [integrity].verify_rounds rounds
+    checked); the shipped protocol derives the CPU's sets and checks two outputs a group in 8 rounds. The GPU's plan
+    reads none of them."""
+    text = ROOT_PROTOCOL.read_text()
+    shipped = parse_protocol(text.encode())
+    cpu, cuda = shipped.timing_plan("cpu"), shipped.timing_plan("cuda")
+    assert cpu.derive_spread == 0.0625 and cpu.prints_per_group == 2 and shipped.verify_rounds("cpu") == 8
+    assert cuda.derive_spread is None and cuda.prints_per_group == 0
+    assert shipped.verify_rounds("cuda") == shipped.integrity.verify_rounds
+    keys = ("input_sets =", "derived_spread =", "prints_per_group =", "verify_rounds = 8")
+    older = "\n".join(line for line in text.splitlines() if not line.startswith(keys))  # their comments stay
+    proto = parse_protocol(older.encode())
+    assert proto.devices.cpu.input_sets == "drawn" and proto.timing_plan("cpu").derive_spread is None
+    assert proto.timing_plan("cpu").prints_per_group == 0
+    assert proto.verify_rounds("cpu") == proto.integrity.verify_rounds
+    with pytest.raises(ProtocolError, match="input_sets"):
+        parse_protocol(text.replace('input_sets = "derived"', 'input_sets = "pooled"').encode())

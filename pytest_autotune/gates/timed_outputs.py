@@ -2,8 +2,10 @@
 
 Every candidate output of every timed round is kept in its sandbox until the controller, after the round, draws
 fresh positions and asks for a fingerprint (float64 sums and the values at those positions, computed where the
-output lives). After timing, the controller picks ``[integrity].verify_rounds`` rounds at random and compares
-their fingerprints with golden outputs it computes itself (on the device). A candidate that computes honestly only
+output lives): of every output, or, on the CPU under ``[devices.cpu].prints_per_group``, of that many calls of
+each group, which the controller also chooses only after the round. After timing, the controller picks
+``[integrity].verify_rounds`` rounds (``[devices.cpu].verify_rounds`` on the CPU) at random and compares their
+fingerprints with golden outputs it computes itself (on the device). A candidate that computes honestly only
 while it is checked, replays a stale answer, or leaves its real work to whatever reads the output later, fails here.
 """
 
@@ -26,21 +28,29 @@ class TimedOutputsGate(Gate):
         ev = ctx.timing
         if ev is None or not ev.rounds:
             return None
-        n = min(ctx.protocol.integrity.verify_rounds, len(ev.rounds))
+        n = min(ctx.protocol.verify_rounds(ctx.device.name), len(ev.rounds))
         rng = secrets.SystemRandom()
         chosen = sorted(rng.sample(range(len(ev.rounds)), n))
         ctx.evidence.verified_rounds = chosen
         for ri in chosen:
             r = ev.rounds[ri]
-            n_calls = int(r.recipes_p1["count"]) + int(r.recipes_p2["count"])
-            if len(r.prints) != n_calls:
+            k1 = int(r.recipes_p1["count"])
+            n_calls = k1 + int(r.recipes_p2["count"])
+            calls = list(range(n_calls)) if r.print_calls is None else list(r.print_calls)
+            if len(r.prints) != len(calls):
                 return GateOutcome.refuse(
-                    "integrity", f"round {ri}: {len(r.prints)} timed outputs reported for {n_calls} calls")
+                    "integrity", f"round {ri}: {len(r.prints)} timed outputs reported for {len(calls)} calls")
             # B(p1) ran on p1's sets, B(p2) on p2's, and their outputs were kept in that order; golden outputs one
-            # set at a time (at published sizes a set is GBs, and both timing sandboxes still hold theirs)
-            streams = [ctx.golden.iter_stream(r.recipes_p1), ctx.golden.iter_stream(r.recipes_p2)]  # type: ignore
+            # set at a time (at published sizes a set is GBs, and both timing sandboxes still hold theirs), of the
+            # calls whose outputs were fingerprinted
+            only1 = [c for c in calls if c < k1]
+            only2 = [c - k1 for c in calls if c >= k1]
+            streams = ([ctx.golden.iter_stream(r.recipes_p1), ctx.golden.iter_stream(r.recipes_p2)]  # type: ignore
+                       if r.print_calls is None else
+                       [ctx.golden.iter_stream(r.recipes_p1, only=only1),  # type: ignore
+                        ctx.golden.iter_stream(r.recipes_p2, only=only2)])
             try:
-                problem = self._check_round(ctx, ri, itertools.chain(*streams), r.prints)
+                problem = self._check_round(ctx, ri, itertools.chain(*streams), r.prints, calls)
             finally:  # a stream left suspended holds its current input set and output until it is closed
                 for stream in streams:
                     stream.close()
@@ -48,8 +58,8 @@ class TimedOutputsGate(Gate):
                 return problem
         return None
 
-    def _check_round(self, ctx: GateContext, ri: int, goldens, prints: list) -> Optional[GateOutcome]:
-        for ci, (gold, fp) in enumerate(zip(goldens, prints)):
+    def _check_round(self, ctx: GateContext, ri: int, goldens, prints: list, calls: list) -> Optional[GateOutcome]:
+        for ci, gold, fp in zip(calls, goldens, prints):
             golden = as_list(gold)
             if len(fp) != len(golden):
                 return GateOutcome.refuse("integrity", f"round {ri}, call {ci}: output structure changed")

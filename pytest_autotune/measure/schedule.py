@@ -72,10 +72,19 @@ def _calibrate(drv: ScheduleDriver, warm: dict, plan: TimingPlan, graph_below_s:
     return k, calibration, {"decision": mode, "sandboxes": infos}
 
 
-def _warm_round(drv: ScheduleDriver, seeds: SeedSource, k: int) -> float:
+def round_groups(s1: int, s2: int, k: int, plan: TimingPlan) -> dict[str, dict]:
+    """A round's two input groups: k sets each, drawn, or derived from one draw the two groups share
+    (problems/derived.py; ``plan.derive_spread``)."""
+    groups = {"p1": {"seed": s1, "count": k}, "p2": {"seed": s2, "count": k}}
+    if plan.derive_spread:
+        for g in groups.values():
+            g.update(derive=plan.derive_spread, base=s1)
+    return groups
+
+
+def _warm_round(drv: ScheduleDriver, seeds: SeedSource, k: int, plan: TimingPlan) -> float:
     """An untimed round of k-call samples of both arms; the fastest sample's seconds."""
-    groups = {"p1": {"seed": seeds.seed("warm-round", 0), "count": k},
-              "p2": {"seed": seeds.seed("warm-round", 1), "count": k}}
+    groups = round_groups(seeds.seed("warm-round", 0), seeds.seed("warm-round", 1), k, plan)
     phase = "timing (warm-up round)"
     times = []
     for held in _held_groups(drv.memory):
@@ -84,6 +93,19 @@ def _warm_round(drv: ScheduleDriver, seeds: SeedSource, k: int) -> float:
         times += [drv.sample(arm, group, 0, phase).seconds
                   for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")) if group in held]
     return min(times)
+
+
+def choose_prints(kept: list[str], k: int, per_group: int) -> tuple[list[int], list[int]]:
+    """Which of a sandbox's kept outputs to fingerprint, drawn by the controller after the samples that made them:
+    ``per_group`` calls of each group in ``kept`` (the groups whose k outputs the sandbox holds, in order). Returns
+    their indices in the sandbox's kept list and in the round's numbering (p1's calls 0..k-1, then p2's)."""
+    rng = secrets.SystemRandom()
+    in_kept, in_round = [], []
+    for at, group in enumerate(kept):
+        for i in sorted(rng.sample(range(k), min(per_group, k))):
+            in_kept.append(at * k + i)
+            in_round.append((0 if group == "p1" else k) + i)
+    return in_kept, in_round
 
 
 def _add(a: Optional[float], b: Optional[float]) -> Optional[float]:
@@ -109,15 +131,21 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     ``memory``: the item's memory plan (measure/memory.py): the bound on ``k``, the calibration's sets and whether a
     round is built whole or in two halves."""
     t_start = time.perf_counter()
-    drv = ScheduleDriver({"A": baseline, "B": candidate}, sample_cpus, memory)
+    with ScheduleDriver({"A": baseline, "B": candidate}, sample_cpus, memory) as drv:
+        return _run(drv, t_start, proto, plan, seeds, stats_seed, graph_below_s, budget_scale, dict(probes or {}))
+
+
+def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
+         stats_seed: int, graph_below_s: float, budget_scale: float, probes: dict[str, dict]) -> TimingEvidence:
+    memory = drv.memory
 
     warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
-    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, dict(probes or {}))
+    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, probes)
     calibration["memory"] = {"groups_held": memory.groups_held, "sets_cap": memory.sets_cap} \
         if memory.budgeted else None
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
-    warm_per_call = _warm_round(drv, seeds, k) / k
+    warm_per_call = _warm_round(drv, seeds, k, plan) / k
     cap = calibration.get("k_memory_cap")
     if k * warm_per_call < plan.min_sample_s / 2 and choose_calls_per_sample(warm_per_call, plan, cap) > k:
         # calibration ran cold or under load and over-estimated a call: samples this short would leave the harness's
@@ -127,15 +155,14 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode["decision"]} for arm in drv.boxes},
                         "configure")
         mode = {**mode, "sandboxes": {arm: c.get("timing_info") or {} for arm, c in conf.items()}}
-        _warm_round(drv, seeds, k)
+        _warm_round(drv, seeds, k, plan)
     ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
     budget = plan.item_budget_s * budget_scale
     n_seed = 0
     prints_of: Optional[RoundRecord] = None
     while True:
         r_index = len(ev.rounds)
-        groups = {"p1": {"seed": seeds.seed("timing", n_seed), "count": k},
-                  "p2": {"seed": seeds.seed("timing", n_seed + 1), "count": k}}
+        groups = round_groups(seeds.seed("timing", n_seed), seeds.seed("timing", n_seed + 1), k, plan)
         n_seed += 2
         order = "BAAB" if (plan.order == "ABBA/BAAB" and r_index % 2 == 1) else "ABBA"
         seq = [(order[0], "p1"), (order[1], "p1"), (order[2], "p2"), (order[3], "p2")]
@@ -143,6 +170,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         books: dict[str, dict] = {"prepare": {}, "prepare_other": {}, "release": {}}
         t_prep = time.perf_counter()
         mid_prints: list = []
+        mid_calls: list[int] = []
         for h, held in enumerate(_held_groups(memory)):
             # the last outputs are fingerprinted and freed first (the candidate's finalizers may run there), then
             # the inputs are built: only that step is the same work in both sandboxes, and compared.
@@ -150,6 +178,10 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
             # between rounds in both arms leaves the same cache and allocator state to the next round's calls (the
             # two asymmetries found behind a CPU A/A of 1.039; between_rounds_cpus has the other)
             fp = {"positions_seed": secrets.randbits(63)} if (prints_of is not None or h > 0) else None
+            calls: Optional[list[int]] = None
+            if fp is not None and plan.prints_per_group:
+                kept = ["p1"] if h > 0 else (["p2"] if memory.groups_held == 1 else ["p1", "p2"])
+                fp["calls"], calls = choose_prints(kept, k, plan.prints_per_group)
             t0 = time.perf_counter()
             rel = drv.both({arm: {"cmd": "release", "fingerprint": fp,
                                   "tamper": arm == "B" and h == 0 and r_index % TAMPER_EVERY == 0}
@@ -161,8 +193,11 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
             ev.add_overhead("prepare", time.perf_counter() - t_rel, prep)
             if h == 0 and prints_of is not None:
                 prints_of.prints = prints_of.mid_prints + (rel["B"].get("prints") or [])
+                if calls is not None:
+                    prints_of.print_calls = prints_of.mid_calls + calls
             elif h > 0:
                 mid_prints = rel["B"].get("prints") or []
+                mid_calls = calls or []
             ev.tamper += rel["B"].get("tamper", [])
             for arm in drv.boxes:  # a round's books add up its halves
                 for book, v in (("prepare", prep[arm]["_cpu_s"]), ("prepare_other", prep[arm]["_other_cpu_s"]),
@@ -175,7 +210,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
                           release_cpu_s=books["release"],
                           prepare_s=time.perf_counter() - t_prep - sum(
                               (s.window_ns[1] - s.window_ns[0]) * 1e-9 for s in samples),
-                          helper_processes=drv.helpers.after_round(), mid_prints=mid_prints)
+                          helper_processes=drv.helpers.after_round(), mid_prints=mid_prints, mid_calls=mid_calls)
         ev.rounds.append(rec)
         ev.timed_s += sum(s.seconds for s in samples)
         prints_of = rec
@@ -194,11 +229,17 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
         if elapsed >= budget and n_pairs >= plan.min_pairs:
             ev.stop_reason = f"item budget of {budget:g} s spent after {n_pairs} pairs"
             break
-    last = drv.both({"A": {"cmd": "release", "fingerprint": None},
-                     "B": {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": True}},
+    last_fp: dict[str, Any] = {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": True}
+    last_calls: Optional[list[int]] = None
+    if plan.prints_per_group:
+        last_fp["calls"], last_calls = choose_prints(["p2"] if memory.groups_held == 1 else ["p1", "p2"], k,
+                                                     plan.prints_per_group)
+    last = drv.both({"A": {"cmd": "release", "fingerprint": None}, "B": last_fp},
                     "timing (last outputs)", spread=True)
     if prints_of is not None:
         prints_of.prints = prints_of.mid_prints + (last["B"].get("prints") or [])
+        if last_calls is not None:
+            prints_of.print_calls = prints_of.mid_calls + last_calls
     ev.tamper += last["B"].get("tamper", [])
     drv.watch.checkpoint()
     ev.cpu = {arm: vars(acct) for arm, acct in drv.watch.accounts.items()}

@@ -31,6 +31,39 @@ class ScheduleDriver:
         self.affinity = {arm: _affinity(box.pid) for arm, box in boxes.items()}
         # the candidate's processes and the GPU's, before every sample of either arm and after every round
         self.helpers = HelperWatch(boxes["B"], boxes["A"])
+        self._own_affinity: Optional[set] = None
+
+    def __enter__(self) -> "ScheduleDriver":
+        """The controller's own thread stays off the CPU where the sandboxes work: off the samples' CPU while they
+        sample, on it while they build rounds elsewhere (:meth:`both` with ``spread``). Sharing their CPU, it
+        competed with the sandbox that had just answered: the controller waits for that sandbox to leave its CPU
+        before reading its clocks (procstat.wait_off_cpu), and on the same CPU the sandbox could not leave until
+        the controller yielded -- measured on the 2-vCPU VM, 3.6-5.0 ms between two samples of a round in 5 of 7
+        pairs of processes, 0.3 ms once apart; 18,000 yields in one item's 4 s of timing while both shared the
+        CPU between rounds (docs/harness.md, "Derived input sets")."""
+        if self.sample_cpus and (self.all_cpus - self.sample_cpus) and hasattr(os, "sched_setaffinity"):
+            try:
+                self._own_affinity = set(os.sched_getaffinity(0))
+            except OSError:
+                self._own_affinity = None
+            self._pin_self(sampling=True)
+        return self
+
+    def _pin_self(self, sampling: bool) -> None:
+        if self._own_affinity is None:
+            return
+        try:
+            os.sched_setaffinity(0, (self.all_cpus - self.sample_cpus) if sampling else self.sample_cpus)
+        except OSError:
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self._own_affinity is not None:
+            try:
+                os.sched_setaffinity(0, self._own_affinity)
+            except OSError:
+                pass
+            self._own_affinity = None
 
     def _pin(self, cpus: set) -> None:
         """Both sandboxes onto ``cpus`` (the controller may; a sandbox could not undo it under the jail's filter)."""
@@ -61,6 +94,7 @@ class ScheduleDriver:
         arms = list(msgs)
         if spread:
             self._pin(self.between_rounds_cpus())
+            self._pin_self(sampling=False)
         self.watch.begin(*arms, label=phase)
         for arm in arms:
             self.boxes[arm].send(msgs[arm], phase=phase)
@@ -71,6 +105,7 @@ class ScheduleDriver:
             deltas[arm] = self.watch.end(arm)
         if spread:
             self._pin(self.sample_cpus)
+            self._pin_self(sampling=True)
         for arm, reply in replies.items():
             if reply.get("oom"):
                 raise oom_failure(arm, phase, reply, self.memory)

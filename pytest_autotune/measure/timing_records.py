@@ -58,6 +58,10 @@ class RoundRecord:
     #: half-rounds (measure/memory.py groups_held = 1): the candidate's fingerprints of p1's outputs, taken when
     #: p1 was freed in the middle of the round; ``prints`` begins with them
     mid_prints: list = field(default_factory=list)
+    #: the calls (p1's 0..k-1, then p2's) whose outputs ``prints`` fingerprint, in order; None: every call
+    #: (``[devices.cpu].prints_per_group``: the controller chose a few of each group after the round)
+    print_calls: Optional[list] = None
+    mid_calls: list = field(default_factory=list)
 
     def slot(self, arm: str, group: str) -> SampleRecord:
         return next(s for s in self.samples if s.arm == arm and s.group == group)

@@ -4,7 +4,9 @@ inputs, so no input tensor ever has to cross the boundary and golden outputs nev
 A recipe is ``{"seed": int, "values": [pattern|None per input], "layout": [layout|None per input],
 "sizes": {global: int}}``; only ``seed`` is required. Patterns (adversarial values for probes) and layouts
 (non-contiguous views) only touch floating-point tensors; integer inputs (indices, counts) are left as the
-problem made them.
+problem made them. A stream recipe ``{"seed": int, "count": k, "sizes": ..., "derive": spread?}`` stands for k
+sets: ``get_inputs()`` called k times after one seeding, or, with ``derive``, one draw and k sets derived from it
+(problems/derived.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
+from .derived import DerivedBase, DerivedSets, derive_spread
 from .loader import LoadedProblem, seed_everything
 
 PATTERNS = (
@@ -145,6 +148,8 @@ def materialize_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device
     then each set gets its own seed derived from the stream's, as a single recipe would."""
     seed, count = int(recipe["seed"]), int(recipe["count"])
     sizes = recipe.get("sizes") or {}
+    if derive_spread(recipe) is not None:
+        return list(iter_stream(problem, recipe, to_device, generate_on))
     with problem.sizes(sizes):
         if generate_on is not None:
             with generate_on:
@@ -159,14 +164,56 @@ def materialize_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device
     return sets
 
 
+def draw_base(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
+              generate_on: Optional[torch.device] = None) -> list:
+    """The one ``get_inputs()`` draw a derived stream recipe's sets come from: seeded by its ``base`` (shared by
+    the groups of a round) or else its own seed."""
+    return materialize(problem, {"seed": int(recipe.get("base", recipe["seed"])), "sizes": recipe.get("sizes") or {}},
+                       to_device, generate_on)
+
+
+def materialize_groups(problem: LoadedProblem, recipes: dict[str, dict[str, Any]], to_device=None,
+                       generate_on: Optional[torch.device] = None) -> dict[str, list[list]]:
+    """A round's groups at once (name -> stream recipe): as :func:`materialize_stream` each, except that derived
+    groups with the same ``base`` share one draw (a round's two groups: one ``get_inputs()`` a round, not two)."""
+    bases: dict[tuple, DerivedBase] = {}
+    out: dict[str, list[list]] = {}
+    for name, recipe in recipes.items():
+        if derive_spread(recipe) is None:
+            out[name] = materialize_stream(problem, recipe, to_device, generate_on)
+            continue
+        key = (int(recipe.get("base", recipe["seed"])), repr(sorted((recipe.get("sizes") or {}).items())))
+        if key not in bases:
+            bases[key] = DerivedBase(draw_base(problem, recipe, to_device, generate_on))
+        out[name] = list(iter_stream(problem, recipe, to_device, generate_on, base=bases[key]))
+    return out
+
+
 def iter_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
-                generate_on: Optional[torch.device] = None) -> Iterator[list]:
+                generate_on: Optional[torch.device] = None, base: Optional[DerivedBase] = None,
+                only: Optional[Sequence[int]] = None) -> Iterator[list]:
     """The sets of :func:`materialize_stream`, one at a time, for callers that free each set before the next (a
     set of KernelBench's published sizes is 6-16 GB). The random generators' states are kept between sets, so
     whatever runs between two sets draws nothing from the stream: the sets are the same as
-    :func:`materialize_stream`'s. A problem whose ``get_inputs()`` re-seeds torch gets per-set seeds, as there."""
+    :func:`materialize_stream`'s. A problem whose ``get_inputs()`` re-seeds torch gets per-set seeds, as there.
+    ``only``: yield just the sets of those indices, in order (drawn streams still draw the ones before them)."""
     seed, count = int(recipe["seed"]), int(recipe["count"])
     sizes = recipe.get("sizes") or {}
+    spread = derive_spread(recipe)
+    if spread is not None:  # one draw, the group's sets derived from it (problems/derived.py)
+        derived = DerivedSets(base if base is not None else draw_base(problem, recipe, to_device, generate_on),
+                              seed, spread)
+        base = None
+        yield from derived.sets(count, only)
+        return
+    if only is not None:
+        wanted = set(int(j) for j in only)
+        for j, xs in enumerate(iter_stream(problem, recipe, to_device, generate_on)):
+            if j in wanted:
+                box = [xs]
+                del xs
+                yield box.pop()
+        return
     state: tuple = ()
     for j in range(count):
         with problem.sizes(sizes):
@@ -234,5 +281,5 @@ def inputs_signature(inputs: Sequence[Any]) -> list[dict]:
     return sig
 
 
-__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "iter_stream", "apply_pattern", "apply_layout", "inputs_signature",
+__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "materialize_groups", "draw_base", "iter_stream", "apply_pattern", "apply_layout", "inputs_signature",
            "seed_everything"]

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ..problems.inputs import iter_stream, materialize, materialize_stream
+from ..problems.inputs import iter_stream, materialize, materialize_groups, materialize_stream
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
 from .child_timing import (
@@ -188,6 +188,14 @@ class ChildState:
         if self.framework == "mlx":
             return [[self.device.to_device(x) for x in xs] for xs in materialize_stream(self.problem, r)]
         return materialize_stream(self.problem, r, self.device.to_device, self.device.generation_device())
+
+    def input_groups(self, recipes: dict[str, dict]) -> dict[str, list[list]]:
+        """A round's groups (``inputs.materialize_groups``: derived groups of one round share a draw)."""
+        rs = {g: {**r, "sizes": {**self.sizes, **(r.get("sizes") or {})}} for g, r in recipes.items()}
+        if self.framework == "mlx":
+            return {g: [[self.device.to_device(x) for x in xs] for xs in sets]
+                    for g, sets in materialize_groups(self.problem, rs).items()}
+        return materialize_groups(self.problem, rs, self.device.to_device, self.device.generation_device())
 
     def iter_inputs(self, recipe: dict) -> Iterator[list]:
         """A stream recipe's input sets one at a time (``inputs.iter_stream``): the caller drops each before the

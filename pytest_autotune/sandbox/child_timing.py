@@ -96,9 +96,15 @@ def _prints(st: ChildState, msg: Optional[dict]) -> list:
         return []
     gen = torch.Generator().manual_seed(int(msg["positions_seed"]))
     n = int(msg.get("n_positions", 64))
+    kept = st.kept
+    calls = msg.get("calls")
+    if calls is not None:  # the few the controller chose after the round (measure/schedule.py choose_prints)
+        if not all(type(i) is int and 0 <= i < len(kept) for i in calls):
+            raise HarnessRefusal(f"fingerprints asked for outputs {calls} of {len(kept)} kept")
+        kept = [kept[i] for i in calls]
     # MLX arrays are read through host torch copies (unified memory: a copy, no transfer); torch outputs are
     # summarised where they live
-    outs = st.kept if st.framework == "torch" else [st.device.to_host(o) for o in st.kept]
+    outs = kept if st.framework == "torch" else [st.device.to_host(o) for o in kept]
     return fingerprints(outs, gen, n)
 
 
@@ -145,7 +151,7 @@ def h_prepare(st: ChildState, msg: dict) -> dict:
     groups = [g for g in ("p1", "p2") if g in msg]
     # fresh placements for this round's data, where the device moves them (measure/devices/placement.py)
     st.device.round_begins(sum(int(msg[g].get("seed", 0)) for g in groups))
-    st.batches = {g: st.input_stream(msg[g]) for g in groups}
+    st.batches = st.input_groups({g: msg[g] for g in groups})
     st.device.round_inputs_built()
     t1 = time.perf_counter()
     st.device.synchronize()

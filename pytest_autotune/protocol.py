@@ -102,6 +102,7 @@ class Protocol:
         if device == "cpu":
             c = self.devices.cpu
             plan = dataclasses.replace(plan, prints_per_group=c.prints_per_group,
+                                       process_offset_sd=c.process_offset_sd,
                                        derive_spread=c.derived_spread if c.input_sets == "derived" else None)
         if device == "cuda":
             c = self.devices.cuda

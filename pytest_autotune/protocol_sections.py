@@ -122,6 +122,8 @@ class CpuSection:
     # gates/timed_outputs.py
     prints_per_group: int = _f(default=0, ge=0)
     verify_rounds: Optional[int] = _f(default=None, ge=0)
+    # optional (protocols 1-7: 0, the pooled CI from the pairs of processes alone); measure/stats.py
+    process_offset_sd: float = _f(default=0.0, ge=0.0, le=0.5)
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ class TimingPlan:
     derive_spread: Optional[float] = None
     #: timed outputs fingerprinted per group and round, chosen after the round (0: all of them)
     prints_per_group: int = 0
+    #: the between-process offset's standard deviation the pooled CI allows for at least (0: none)
+    process_offset_sd: float = 0.0
 
 
 @dataclass(frozen=True)

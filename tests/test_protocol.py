@@ -140,11 +140,12 @@ def test_keys_added_by_protocol_8_are_optional_and_their_absence_keeps_the_older
     assert cpu.derive_spread == 0.0625 and cpu.prints_per_group == 2 and shipped.verify_rounds("cpu") == 8
     assert cuda.derive_spread is None and cuda.prints_per_group == 0
     assert shipped.verify_rounds("cuda") == shipped.integrity.verify_rounds
-    keys = ("input_sets =", "derived_spread =", "prints_per_group =", "verify_rounds = 8")
+    assert shipped.timing_plan("cpu").process_offset_sd == 0.025 and cuda.process_offset_sd == 0.0
+    keys = ("input_sets =", "derived_spread =", "prints_per_group =", "verify_rounds = 8", "process_offset_sd =")
     older = "\n".join(line for line in text.splitlines() if not line.startswith(keys))  # their comments stay
     proto = parse_protocol(older.encode())
     assert proto.devices.cpu.input_sets == "drawn" and proto.timing_plan("cpu").derive_spread is None
-    assert proto.timing_plan("cpu").prints_per_group == 0
+    assert proto.timing_plan("cpu").prints_per_group == 0 and proto.timing_plan("cpu").process_offset_sd == 0.0
     assert proto.verify_rounds("cpu") == proto.integrity.verify_rounds
     with pytest.raises(ProtocolError, match="input_sets"):
         parse_protocol(text.replace('input_sets = "derived"', 'input_sets = "pooled"').encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
@@ -291,3 +292,20 @@ def test_process_medians_follow_the_typical_pair_of_processes_not_an_outlying_lo
     fast = clustered_estimate(groups(1.5), level=0.95, resamples=2000, seed=2)
     assert abs(fast.speedup / 1.5 - 1.0) < 0.006 and fast.contains(1.5)
 
+
+
+def test_process_offsets_widen_a_two_pair_ci_but_never_move_the_estimate():
+    """[devices.cpu].process_offset_sd (measure/stats.py with_process_offsets): two pairs of processes that agree
+    closely still get a CI that allows for the offset a pair of processes carries, added in quadrature on the log
+    scale and shrinking with the number of pairs; 0 leaves the CI as the bootstrap made it."""
+    from pytest_autotune.measure.stats import PairedEstimate, with_process_offsets
+
+    est = PairedEstimate(200, 1.01, 1.0, 1.02, 1e-3, 1e-3)
+    assert with_process_offsets(est, 0.0, 2, 0.95) == est
+    two = with_process_offsets(est, 0.025, 2, 0.95)
+    six = with_process_offsets(est, 0.025, 6, 0.95)
+    assert two.speedup == est.speedup and two.n_pairs == est.n_pairs
+    assert two.ci_low < six.ci_low < est.ci_low and two.ci_high > six.ci_high > est.ci_high
+    extra = 1.959964 * 0.025 / math.sqrt(2)
+    assert math.log(two.ci_high / two.speedup) == pytest.approx(math.hypot(math.log(1.02 / 1.01), extra), rel=1e-6)
+    assert math.log(two.speedup / two.ci_low) == pytest.approx(math.hypot(math.log(1.01 / 1.0), extra), rel=1e-6)

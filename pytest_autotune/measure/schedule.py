@@ -30,7 +30,7 @@ from ..seeds import SeedSource
 from .memory import UNBUDGETED, MemoryPlan
 from .sampling import choose_calls_per_sample, decide_timing_mode, memory_cap
 from .schedule_driver import ScheduleDriver
-from .stats import PairedEstimate, clustered_estimate, paired_estimate
+from .stats import PairedEstimate, clustered_estimate, paired_estimate, with_process_offsets
 from .timing_records import (
     ARM_ROLES,
     RoundRecord,
@@ -260,6 +260,7 @@ def pool_process_pairs(runs: list[TimingEvidence], planned: int, proto: Protocol
     plan = proto.timing_plan(device)
     est = clustered_estimate([ev.pairs() for ev in runs], level=st.ci_level, resamples=st.bootstrap_resamples,
                              seed=len(runs), pooling=st.pooling_rule)
+    est = with_process_offsets(est, plan.process_offset_sd, len(runs), st.ci_level)
     per_pair = [{"speedup": ev.estimate.speedup if ev.estimate else None,
                  "ci": [ev.estimate.ci_low, ev.estimate.ci_high] if ev.estimate else None,
                  "n_pairs": ev.estimate.n_pairs if ev.estimate else 0, "calls_per_sample": ev.calls_per_sample,

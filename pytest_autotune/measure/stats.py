@@ -8,7 +8,9 @@ give the same CI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
@@ -108,4 +110,21 @@ def clustered_estimate(groups: Sequence[tuple[Sequence[float], Sequence[float]]]
     cand = np.concatenate([np.asarray(c, dtype=np.float64) for _, c in groups])
     return PairedEstimate(n_pairs=int(sum(r.size for r in ratios)), speedup=med, ci_low=min(lo, med),
                           ci_high=max(hi, med), baseline_s=float(np.median(base)), candidate_s=float(np.median(cand)))
+
+
+def with_process_offsets(est: PairedEstimate, offset_sd: float, n_processes: int, level: float) -> PairedEstimate:
+    """The CI of ``est`` widened by a between-process variance component the device's protocol states
+    (``[devices.cpu].process_offset_sd``: the standard deviation, on the log scale, of the offset one pair of
+    processes carries). Two pairs of processes give that component one degree of freedom: their bootstrap can read
+    narrow because the two happened to agree (the short-call A/A under protocol 8: 11 of 14 CIs held 1.0). The
+    component's share, ``z * offset_sd / sqrt(n_processes)``, is added in quadrature to each side of the CI on the
+    log scale; the point estimate does not move. ``offset_sd`` 0: ``est`` as it is."""
+    if offset_sd <= 0 or n_processes < 1 or est.speedup <= 0:
+        return est
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    extra = z * offset_sd / math.sqrt(n_processes)
+    centre = math.log(est.speedup)
+    lo = centre - math.hypot(centre - math.log(est.ci_low), extra) if est.ci_low > 0 else -math.inf
+    hi = centre + math.hypot(math.log(est.ci_high) - centre, extra)
+    return replace(est, ci_low=math.exp(lo), ci_high=math.exp(hi))
 

@@ -5,7 +5,7 @@ them (``_start``, ``_init``, ``_timing``)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .errors import ProblemLoadError
 from .gates.base import BaselineChoice, CandidateFailure, CandidateRefusal, GateContext
@@ -26,6 +26,9 @@ class BaselineStage:
     """Mixed into KernelFlow, whose ``env``, ``_start``, ``_init`` and ``_timing`` it uses."""
 
     env: Any
+    _start: Callable[..., Any]
+    _init: Callable[..., dict]
+    _timing: Callable[..., Any]
 
     def baseline_choice(self, pref: ProblemRef, problem_src: SourceFile, problem: LoadedProblem, sizes: dict,
                         golden: Golden, item: Optional[ItemRun] = None) -> BaselineChoice:

@@ -100,10 +100,10 @@ class Protocol:
                           item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width,
                           process_pairs=t.process_pairs)
         if device == "cpu":
-            c = self.devices.cpu
-            plan = dataclasses.replace(plan, prints_per_group=c.prints_per_group,
-                                       process_offset_sd=c.process_offset_sd,
-                                       derive_spread=c.derived_spread if c.input_sets == "derived" else None)
+            cpu = self.devices.cpu
+            plan = dataclasses.replace(plan, prints_per_group=cpu.prints_per_group,
+                                       process_offset_sd=cpu.process_offset_sd,
+                                       derive_spread=cpu.derived_spread if cpu.input_sets == "derived" else None)
         if device == "cuda":
             c = self.devices.cuda
             plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from typing import Optional
+from typing import Any, Optional
 
 from .base import Gate, GateContext, GateOutcome
 from .compare import as_list, check_fingerprint
@@ -45,10 +45,10 @@ class TimedOutputsGate(Gate):
             # calls whose outputs were fingerprinted
             only1 = [c for c in calls if c < k1]
             only2 = [c - k1 for c in calls if c >= k1]
-            streams = ([ctx.golden.iter_stream(r.recipes_p1), ctx.golden.iter_stream(r.recipes_p2)]  # type: ignore
+            golden: Any = ctx.golden
+            streams = ([golden.iter_stream(r.recipes_p1), golden.iter_stream(r.recipes_p2)]
                        if r.print_calls is None else
-                       [ctx.golden.iter_stream(r.recipes_p1, only=only1),  # type: ignore
-                        ctx.golden.iter_stream(r.recipes_p2, only=only2)])
+                       [golden.iter_stream(r.recipes_p1, only=only1), golden.iter_stream(r.recipes_p2, only=only2)])
             try:
                 problem = self._check_round(ctx, ri, itertools.chain(*streams), r.prints, calls)
             finally:  # a stream left suspended holds its current input set and output until it is closed

@@ -75,7 +75,7 @@ def _calibrate(drv: ScheduleDriver, warm: dict, plan: TimingPlan, graph_below_s:
 def round_groups(s1: int, s2: int, k: int, plan: TimingPlan) -> dict[str, dict]:
     """A round's two input groups: k sets each, drawn, or derived from one draw the two groups share
     (problems/derived.py; ``plan.derive_spread``)."""
-    groups = {"p1": {"seed": s1, "count": k}, "p2": {"seed": s2, "count": k}}
+    groups: dict[str, dict[str, Any]] = {"p1": {"seed": s1, "count": k}, "p2": {"seed": s2, "count": k}}
     if plan.derive_spread:
         for g in groups.values():
             g.update(derive=plan.derive_spread, base=s1)
@@ -177,7 +177,8 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
             # Both sandboxes read their outputs, though only the candidate's prints are checked: the same work
             # between rounds in both arms leaves the same cache and allocator state to the next round's calls (the
             # two asymmetries found behind a CPU A/A of 1.039; between_rounds_cpus has the other)
-            fp = {"positions_seed": secrets.randbits(63)} if (prints_of is not None or h > 0) else None
+            fp: Optional[dict[str, Any]] = ({"positions_seed": secrets.randbits(63)}
+                                            if (prints_of is not None or h > 0) else None)
             calls: Optional[list[int]] = None
             if fp is not None and plan.prints_per_group:
                 kept = ["p1"] if h > 0 else (["p2"] if memory.groups_held == 1 else ["p1", "p2"])

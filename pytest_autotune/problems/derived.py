@@ -108,9 +108,9 @@ class DerivedSets:
         flat = x.reshape(-1)
         n, row = flat.numel(), leaf.row
         rows = -(-n // row)
-        opts = {"generator": gen, "device": x.device, "dtype": torch.float32}
-        a = torch.rand(rows, **opts).mul_(-self.spread).add_(1.0).to(x.dtype)
-        b = torch.rand(row, **opts).mul_(-self.spread).add_(1.0).to(x.dtype)
+        a = torch.rand(rows, generator=gen, device=x.device, dtype=torch.float32).mul_(-self.spread).add_(1.0)
+        b = torch.rand(row, generator=gen, device=x.device, dtype=torch.float32).mul_(-self.spread).add_(1.0)
+        a, b = a.to(x.dtype), b.to(x.dtype)
         out = torch.empty_like(flat)
         full = (n // row) * row
         if full:

@@ -25,7 +25,7 @@ ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 
        "MALLOC_TOP_PAD_": str(64 << 20)}
 
 
-def _child(rfd: int, wfd: int, op: str, cpu: int, no_thp: bool) -> None:
+def _child(rfd: int, wfd: int, op: str, cpu: int, no_thp: bool, flush_mode: str) -> None:
     import time
 
     import torch
@@ -33,7 +33,8 @@ def _child(rfd: int, wfd: int, op: str, cpu: int, no_thp: bool) -> None:
     os.sched_setaffinity(0, {cpu})
     if no_thp:
         ctypes.CDLL(None).prctl(41, 1, 0, 0, 0)  # PR_SET_THP_DISABLE
-    flush = torch.empty((4 << 20) // 4, dtype=torch.int32)
+    flushes = [torch.empty((4 << 20) // 4, dtype=torch.int32) for _ in range(8 if flush_mode == "rotate" else 1)]
+    n = 0
     xs = [torch.randn(16, 16384) for _ in range(4)]
     outs = [torch.empty(16, 16384) for _ in range(4)]
     while True:
@@ -41,7 +42,9 @@ def _child(rfd: int, wfd: int, op: str, cpu: int, no_thp: bool) -> None:
         if not b or b == b"q":
             os._exit(0)
         i = b[0] % 4
-        flush.fill_(1)
+        if flush_mode != "none":
+            flushes[n % len(flushes)].fill_(1)
+            n += 1
         t0 = time.perf_counter_ns()
         if op == "gelu":
             torch.ops.aten.gelu.out(xs[i], out=outs[i])
@@ -56,6 +59,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=400)
     ap.add_argument("--no-thp", action="store_true", help="PR_SET_THP_DISABLE in both siblings, as the sandboxes")
+    ap.add_argument("--flush", choices=("fixed", "rotate", "none"), default="fixed",
+                    help="the 4 MiB written before every sample: one buffer (the harness's), eight in turn, or none")
     a = ap.parse_args()
     if any(os.environ.get(k) != v for k, v in ENV.items()):  # the sandboxes' malloc settings, before torch loads
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **ENV})
@@ -75,7 +80,7 @@ def main() -> None:
             if pid == 0:
                 os.close(w1)
                 os.close(r2)
-                _child(r1, w2, a.op, work, a.no_thp)
+                _child(r1, w2, a.op, work, a.no_thp, a.flush)
             os.close(r1)
             os.close(w2)
             kids.append((pid, w1, r2))
@@ -91,7 +96,7 @@ def main() -> None:
             os.write(w, b"q")
             os.waitpid(pid, 0)
         medians.append(statistics.median(logs[20:]))
-    print(f"{a.op}{' (no THP)' if a.no_thp else ''}: sibling pairs A/B " + " ".join(f"{math.exp(m):.3f}" for m in medians)
+    print(f"{a.op}{' (no THP)' if a.no_thp else ''}, flush {a.flush}: sibling pairs A/B " + " ".join(f"{math.exp(m):.3f}" for m in medians)
           + f"; sd {statistics.stdev(medians) * 100:.1f}% (log), sampling sd of one pair's median ~"
           f"{statistics.stdev(logs) * 1.25 / math.sqrt(len(logs)) * 100:.2f}%")
 

@@ -314,22 +314,25 @@ def test_device_clock_tolerates_graph_staging_noise_on_microsecond_calls():
 # ------------------------------------------------------------------------------------------------ timed outputs
 
 
+def _prints(value: float) -> list:
+    """A candidate call's fingerprint as the sandbox reports it, of an 8-element output filled with ``value``."""
+    t = torch.full((8,), value, dtype=torch.float64)
+    idx = torch.arange(4)
+    return [{"numel": 8, "shape": [8], "dtype": "float32", "sum": float(t.sum()), "abs_sum": float(t.sum()),
+             "index": idx, "values": t[idx]}]
+
+
 def test_timed_outputs_refuses_a_stale_timed_answer():
     ev = _evidence(2, lambda r, pos, arm, g: {"work": 0.001})
     golden = {s: torch.full((8,), float(s)) for s in range(4)}
 
-    def prints(value: float) -> list:
-        t = torch.full((8,), value, dtype=torch.float64)
-        idx = torch.arange(4)
-        return [{"numel": 8, "shape": [8], "dtype": "float32", "sum": float(t.sum()), "abs_sum": float(t.sum()),
-                 "index": idx, "values": t[idx]}]
-
     for rd in ev.rounds:
-        rd.prints = [prints(float(rd.recipes_p1["seed"])), prints(float(rd.recipes_p2["seed"]))]
+        rd.prints = [_prints(float(rd.recipes_p1["seed"])), _prints(float(rd.recipes_p2["seed"]))]
     ctx = _ctx(ev)
-    ctx.golden = SimpleNamespace(iter_stream=lambda recipe: (g for g in [golden[recipe["seed"]]]))  # type: ignore[assignment]
+    ctx.golden = SimpleNamespace(  # type: ignore[assignment]
+        iter_stream=lambda recipe, only=None: (g for g in [golden[recipe["seed"]]]))
     assert TimedOutputsGate().check(ctx, "integrity") is None
-    ev.rounds[1].prints[1] = prints(0.0)  # round 1's second call returned round 0's answer
+    ev.rounds[1].prints[1] = _prints(0.0)  # round 1's second call returned round 0's answer
     refused = TimedOutputsGate().check(ctx, "integrity")
     assert refused is not None and "timed round 1, candidate call 1" in refused.reason
 
@@ -345,21 +348,15 @@ def test_timed_outputs_checks_the_calls_the_controller_chose_after_the_round():
         asked.append((recipe["seed"], only))
         return (torch.full((8,), float(recipe["seed"] * 10 + j)) for j in (only if only is not None else range(k)))
 
-    def prints(value: float) -> list:
-        t = torch.full((8,), value, dtype=torch.float64)
-        idx = torch.arange(4)
-        return [{"numel": 8, "shape": [8], "dtype": "float32", "sum": float(t.sum()), "abs_sum": float(t.sum()),
-                 "index": idx, "values": t[idx]}]
-
     for rd in ev.rounds:
         rd.recipes_p1, rd.recipes_p2 = {**rd.recipes_p1, "count": k}, {**rd.recipes_p2, "count": k}
         rd.print_calls = [1, k + 2]  # p1's second call, p2's third
-        rd.prints = [prints(rd.recipes_p1["seed"] * 10 + 1.0), prints(rd.recipes_p2["seed"] * 10 + 2.0)]
+        rd.prints = [_prints(rd.recipes_p1["seed"] * 10 + 1.0), _prints(rd.recipes_p2["seed"] * 10 + 2.0)]
     ctx = _ctx(ev)
     ctx.golden = SimpleNamespace(iter_stream=golden_of)  # type: ignore[assignment]
     assert TimedOutputsGate().check(ctx, "integrity") is None
     assert all(only in ([1], [2]) for _, only in asked)
-    ev.rounds[2].prints[1] = prints(ev.rounds[2].recipes_p2["seed"] * 10 + 1.0)  # p2's call 2 returned call 1's answer
+    ev.rounds[2].prints[1] = _prints(ev.rounds[2].recipes_p2["seed"] * 10 + 1.0)  # p2's call 2 returned call 1's answer
     refused = TimedOutputsGate().check(ctx, "integrity")
     assert refused is not None and f"timed round 2, candidate call {k + 2}" in refused.reason
     ev.rounds[0].prints = ev.rounds[0].prints[:1]  # fewer prints than chosen calls

@@ -43,12 +43,10 @@ class TimedOutputsGate(Gate):
             # B(p1) ran on p1's sets, B(p2) on p2's, and their outputs were kept in that order; golden outputs one
             # set at a time (at published sizes a set is GBs, and both timing sandboxes still hold theirs), of the
             # calls whose outputs were fingerprinted
-            only1 = [c for c in calls if c < k1]
-            only2 = [c - k1 for c in calls if c >= k1]
+            only1 = None if r.print_calls is None else [c for c in calls if c < k1]
+            only2 = None if r.print_calls is None else [c - k1 for c in calls if c >= k1]
             golden: Any = ctx.golden
-            streams = ([golden.iter_stream(r.recipes_p1), golden.iter_stream(r.recipes_p2)]
-                       if r.print_calls is None else
-                       [golden.iter_stream(r.recipes_p1, only=only1), golden.iter_stream(r.recipes_p2, only=only2)])
+            streams = [golden.iter_stream(r.recipes_p1, only=only1), golden.iter_stream(r.recipes_p2, only=only2)]
             try:
                 problem = self._check_round(ctx, ri, itertools.chain(*streams), r.prints, calls)
             finally:  # a stream left suspended holds its current input set and output until it is closed

@@ -50,19 +50,12 @@ class ScheduleDriver:
         return self
 
     def _pin_self(self, sampling: bool) -> None:
-        if self._own_affinity is None:
-            return
-        try:
-            os.sched_setaffinity(0, (self.all_cpus - self.sample_cpus) if sampling else self.sample_cpus)
-        except OSError:
-            pass
+        if self._own_affinity is not None:
+            _set_own_affinity((self.all_cpus - self.sample_cpus) if sampling else self.sample_cpus)
 
     def __exit__(self, *exc: object) -> None:
         if self._own_affinity is not None:
-            try:
-                os.sched_setaffinity(0, self._own_affinity)
-            except OSError:
-                pass
+            _set_own_affinity(self._own_affinity)
             self._own_affinity = None
 
     def _pin(self, cpus: set) -> None:
@@ -152,6 +145,13 @@ class ScheduleDriver:
 
 def _int(value: object) -> int:
     return value if type(value) is int else -1
+
+
+def _set_own_affinity(cpus: set) -> None:
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError:
+        pass
 
 
 def _affinity(pid: int) -> set:

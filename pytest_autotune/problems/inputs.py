@@ -164,12 +164,16 @@ def materialize_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device
     return sets
 
 
+def _base_seed(recipe: dict[str, Any]) -> int:
+    """The seed of a derived stream recipe's draw: its ``base`` (shared by the groups of a round), else its own."""
+    return int(recipe.get("base", recipe["seed"]))
+
+
 def draw_base(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
               generate_on: Optional[torch.device] = None) -> list:
-    """The one ``get_inputs()`` draw a derived stream recipe's sets come from: seeded by its ``base`` (shared by
-    the groups of a round) or else its own seed."""
-    return materialize(problem, {"seed": int(recipe.get("base", recipe["seed"])), "sizes": recipe.get("sizes") or {}},
-                       to_device, generate_on)
+    """The one ``get_inputs()`` draw a derived stream recipe's sets come from (seeded by :func:`_base_seed`)."""
+    return materialize(problem, {"seed": _base_seed(recipe), "sizes": recipe.get("sizes") or {}}, to_device,
+                       generate_on)
 
 
 def materialize_groups(problem: LoadedProblem, recipes: dict[str, dict[str, Any]], to_device=None,
@@ -182,7 +186,7 @@ def materialize_groups(problem: LoadedProblem, recipes: dict[str, dict[str, Any]
         if derive_spread(recipe) is None:
             out[name] = materialize_stream(problem, recipe, to_device, generate_on)
             continue
-        key = (int(recipe.get("base", recipe["seed"])), repr(sorted((recipe.get("sizes") or {}).items())))
+        key = (_base_seed(recipe), repr(sorted((recipe.get("sizes") or {}).items())))
         if key not in bases:
             bases[key] = DerivedBase(draw_base(problem, recipe, to_device, generate_on))
         out[name] = list(iter_stream(problem, recipe, to_device, generate_on, base=bases[key]))
@@ -203,7 +207,6 @@ def iter_stream(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
     if spread is not None:  # one draw, the group's sets derived from it (problems/derived.py)
         derived = DerivedSets(base if base is not None else draw_base(problem, recipe, to_device, generate_on),
                               seed, spread)
-        base = None
         yield from derived.sets(count, only)
         return
     if only is not None:
@@ -281,5 +284,5 @@ def inputs_signature(inputs: Sequence[Any]) -> list[dict]:
     return sig
 
 
-__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "materialize_groups", "draw_base", "iter_stream", "apply_pattern", "apply_layout", "inputs_signature",
-           "seed_everything"]
+__all__ = ["PATTERNS", "LAYOUTS", "materialize", "materialize_stream", "materialize_groups", "draw_base", "iter_stream",
+           "apply_pattern", "apply_layout", "inputs_signature", "seed_everything"]

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ..problems.inputs import iter_stream, materialize, materialize_groups, materialize_stream
+from ..problems.inputs import iter_stream, materialize, materialize_groups
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
 from .child_timing import (
@@ -182,12 +182,8 @@ class ChildState:
         return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
 
     def input_stream(self, recipe: dict) -> list[list]:
-        """A stream recipe's input sets (timing groups, calibration); see ``inputs.materialize_stream``."""
-        r = dict(recipe)
-        r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
-        if self.framework == "mlx":
-            return [[self.device.to_device(x) for x in xs] for xs in materialize_stream(self.problem, r)]
-        return materialize_stream(self.problem, r, self.device.to_device, self.device.generation_device())
+        """A stream recipe's input sets (calibration); see ``inputs.materialize_stream``."""
+        return self.input_groups({"sets": recipe})["sets"]
 
     def input_groups(self, recipes: dict[str, dict]) -> dict[str, list[list]]:
         """A round's groups (``inputs.materialize_groups``: derived groups of one round share a draw)."""

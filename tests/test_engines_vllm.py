@@ -94,10 +94,13 @@ def test_vllm_default_vs_max_num_seqs_4_real_paired(vllm_installed, pytester, tm
     # lower: the paired ratio, and a CI that brackets it. The CI's upper end is not asserted: the two launches run
     # one after the other, so a window disturbed by a neighbour on a shared runner lands in one arm only, and with 8
     # pairs the CI reaches the second-largest window ratio (CI of 2026-12-01, before the load generator was placed
-    # off the engine's pinned CPU: 0.47x [0.35x, 1.15x]). The point estimate, a median over 8 window pairs, needs
-    # half of them disturbed to pass 0.9 (docs/engines.md, "Where the load generator runs": ~0.5x).
+    # off the engine's pinned CPU: 0.47x [0.35x, 1.15x]). The point estimate is a median over 8 window pairs, ~0.5x
+    # (docs/engines.md, "Where the load generator runs"); a bound of 0.9 failed once on a correct program, a CI run of
+    # 2026-12-03 whose default launch had windows from 15 to 59 req/s read 0.918x. What the test asserts is the
+    # direction: fewer sequences at once measure slower, which takes more than half the window pairs disturbed by
+    # more than 2x to undo.
     lo, hi = item["ci"]
-    assert item["speedup"] < 0.9 and lo <= item["speedup"] <= hi, item
+    assert item["speedup"] < 1.0 and lo <= item["speedup"] <= hi, item
     if len(os.sched_getaffinity(0)) >= 2:  # vLLM pins its worker to a core; the load generator moves off it
         assert "load generator on CPU(s)" in out and "off the engine's pinned CPU(s)" in out, out[-4000:]
     assert "quality gate: token agreement" in out and "treatment delivery: --max-num-seqs: at most 4" in out

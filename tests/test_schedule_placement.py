@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -29,7 +30,8 @@ class ScriptedSandbox:
     """Answers the schedule's requests like a sandbox of a 1 ms call would; the process the controller pins is a
     real one (``sleep``), whose affinity is read at each request."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str, asked: Optional[list] = None) -> None:
+        self.asked = asked if asked is not None else []  # (role, cmd) of every request to either sandbox, in order
         self.proc = subprocess.Popen(["sleep", "60"])
         self.pid = self.proc.pid
         self.role = role
@@ -37,6 +39,7 @@ class ScriptedSandbox:
         self._pending: list[dict] = []
 
     def send(self, msg: dict, phase: str = "") -> None:
+        self.asked.append((self.role, msg["cmd"]))
         self.log.append((msg["cmd"], msg, set(os.sched_getaffinity(self.pid))))
         self._pending.append(msg)
 
@@ -72,7 +75,8 @@ class ScriptedSandbox:
 
 @pytest.fixture
 def boxes():
-    made = {"A": ScriptedSandbox("baseline"), "B": ScriptedSandbox("candidate")}
+    asked: list = []
+    made = {"A": ScriptedSandbox("baseline", asked), "B": ScriptedSandbox("candidate", asked)}
     yield made
     for b in made.values():
         b.close()
@@ -111,6 +115,19 @@ def test_between_rounds_neither_sandbox_may_use_the_samples_cpu(boxes):
         assert all(cpus == set(allowed) - {sample_cpu} for cpus in between), (arm, between)
         # every timed sample: the samples' CPU alone
         assert all(cpus == {sample_cpu} for cpus in samples), (arm, samples)
+
+
+def test_the_sandbox_asked_first_for_a_rounds_inputs_alternates(boxes):
+    """Asked in a fixed order, the baseline's sandbox always started building a round's inputs first on the CPU both
+    share and the candidate's always finished last: an asymmetry of the arm (docs/harness.md, "Where the per-process
+    offset lives"). Round after round the other sandbox goes first (so too for the other requests between rounds)."""
+    ev = _run(boxes, None)
+    assert len(ev.rounds) >= 4
+    prepares = [role for role, cmd in boxes["A"].asked if cmd == "prepare"]
+    firsts = prepares[0::2]
+    assert len(firsts) >= 4 and len(prepares) == 2 * len(firsts)
+    assert firsts == [("baseline", "candidate")[i % 2] for i in range(len(firsts))], firsts
+    assert prepares[1::2] == [("candidate", "baseline")[i % 2] for i in range(len(firsts))]
 
 
 def test_with_one_cpu_the_rounds_are_built_where_they_are_timed(boxes):

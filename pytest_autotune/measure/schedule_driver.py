@@ -90,9 +90,9 @@ class ScheduleDriver:
         arms = list(msgs)
         if spread:
             # which sandbox is asked (and moved) first alternates, request kind by request kind: asked in a fixed
-            # order, the baseline's always started its round's inputs first on the shared CPU and the candidate's
-            # finished them last, every round (an asymmetry of the arm, not of the process: kb26_gelu's A/A read 0.948
-            # in both pairs of processes of one session; docs/harness.md, "Where the per-process offset lives")
+            # order, the baseline's always started its round's inputs first on the shared CPU, every round -- an
+            # asymmetry of the arm that nothing else removes. Its effect is below the 2-vCPU VM's session-to-session
+            # noise (docs/harness.md, "Where the per-process offset lives": the sandboxes asked in turn)
             kind = str(next(iter(msgs.values()), {}).get("cmd"))
             turn = self._turns.get(kind, 0)
             self._turns[kind] = turn + 1

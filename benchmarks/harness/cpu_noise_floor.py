@@ -25,8 +25,9 @@ import subprocess
 import sys
 import time
 
-ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-       "MALLOC_TOP_PAD_": str(64 << 20)}
+from pytest_autotune.sandbox.jail_session import MALLOC_REUSE_ENV
+
+ENV = {**os.environ, **MALLOC_REUSE_ENV}  # the sandboxes' malloc settings
 
 RATIOS = r"""
 import math, sys, time, torch

@@ -18,9 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_autotune.sandbox.jail_session import MALLOC_REUSE_ENV
+
 REPO = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-       "MALLOC_TOP_PAD_": str(64 << 20)}
+ENV = {**os.environ, **MALLOC_REUSE_ENV}  # the sandboxes' malloc settings
 CASES = (("benchmarks/kernels/level1/01_scaled_add.py", 3), ("benchmarks/kernels/level1/07_layer_norm.py", 3),
          ("benchmarks/harness/short_calls/kb19_relu.py", 30))
 

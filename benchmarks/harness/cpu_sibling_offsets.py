@@ -45,8 +45,9 @@ import sys
 import threading
 import time
 
-ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-       "MALLOC_TOP_PAD_": str(64 << 20)}
+from pytest_autotune.sandbox.jail_session import MALLOC_REUSE_ENV
+
+ENV = MALLOC_REUSE_ENV  # the sandboxes' malloc settings
 SHAPE = (16, 16384)
 N_BUF = 4
 

@@ -274,7 +274,11 @@ def test_idle_refuses_cpu_used_while_no_request_was_outstanding():
     ev = _idle_ev(0.02)
     ev.cpu["B"]["idle_top"] = [{"s": 0.009, "main_thread_s": 0.0001, "after": "timing (release)"}]
     refused = IdleGate().check(_ctx(ev), "integrity")
-    assert refused is not None and "9.00 ms after timing (release) (main thread 0.10 ms)" in refused.reason
+    assert refused is not None and "9.00 ms after timing (release) (main thread 0.10 ms; 0.00 ms of it after the " \
+        "answer" in refused.reason
+    ev.cpu["B"]["idle_top"] = [{"s": 0.009, "main_thread_s": 0.006, "after_answer_s": 0.005, "after": "timing sample"}]
+    refused = IdleGate().check(_ctx(ev), "integrity")
+    assert refused is not None and "(main thread 6.00 ms; 5.00 ms of it after the answer" in refused.reason
 
 
 def test_idle_leaves_out_one_interval_but_not_work_that_recurs():

@@ -149,10 +149,12 @@ class IdleGate(Gate):
                                "prepare_cpu_extra_s": statistics.median(diffs) if diffs else None,
                                "release_cpu_s": _median_by_arm([r.release_cpu_s for r in ev.rounds]),
                                "largest_intervals": {"B": cand.get("idle_top", []), "A": base.get("idle_top", [])},
-                               "unsettled_reads": {"B": cand.get("unsettled_reads"), "A": base.get("unsettled_reads")}}
+                               "unsettled_reads": {"B": cand.get("unsettled_reads"), "A": base.get("unsettled_reads")},
+                               "after_answer_s": {"B": cand.get("after_answer_s"), "A": base.get("after_answer_s")}}
         if recurrent > allowed:
             where = "; ".join(f"{e['s'] * 1e3:.2f} ms after {e['after'] or 'a request'} (main thread "
-                              f"{e['main_thread_s'] * 1e3:.2f} ms)" for e in cand.get("idle_top", []))
+                              f"{e['main_thread_s'] * 1e3:.2f} ms; {e.get('after_answer_s', 0.0) * 1e3:.2f} ms of it "
+                              "after the answer, before the sandbox blocked)" for e in cand.get("idle_top", []))
             return GateOutcome.refuse(
                 "integrity", f"the candidate's sandbox used {cand['idle_s'] * 1e3:.2f} ms of CPU while it had no "
                 f"request to answer ({cand['during_other_samples_s'] * 1e3:.2f} ms of it while the baseline was "

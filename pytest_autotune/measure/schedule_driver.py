@@ -107,7 +107,7 @@ class ScheduleDriver:
         replies, deltas = {}, {}
         for arm in arms:
             replies[arm] = self.boxes[arm].receive(phase=phase)
-            deltas[arm] = self.watch.end(arm)
+            deltas[arm] = self.watch.end(arm, answered_ns=time.perf_counter_ns())
         if spread:
             self._pin(self.sample_cpus, arms)
             self._pin_self(sampling=True)
@@ -136,7 +136,7 @@ class ScheduleDriver:
         t0 = time.perf_counter_ns()
         reply = box.request({"cmd": "sample", "group": group}, phase=phase)
         t1 = time.perf_counter_ns()
-        delta = self.watch.end(arm, sampling=arm)
+        delta = self.watch.end(arm, sampling=arm, answered_ns=t1)
         self.commands[arm] += 1
         if reply.get("oom"):
             raise oom_failure(arm, f"{phase} (a sample)", reply, self.memory)

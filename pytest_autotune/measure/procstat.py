@@ -227,7 +227,9 @@ class CpuWatch:
         if start is None or now is None:
             return None
         delta = [x - y for x, y in zip(now, start)]
-        beyond = delta[1] - wall
+        # less a thousandth of the wall time: the thread's clock (the scheduler's) and the wall clock (CLOCK_MONOTONIC,
+        # which NTP may slew by up to 500 ppm) are not one clock; over a busy request of seconds they may part by ~1 ms
+        beyond = delta[1] - wall - wall // 1000
         if beyond > 0:
             acct = self.accounts[name]
             acct.busy_s -= beyond * 1e-9

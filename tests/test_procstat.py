@@ -23,18 +23,23 @@ def spin(s):
         pass
 """
 
-#: a child that says "ready" once started, answers each request line after ~3 ms of CPU, runs ~1 ms more (a
-#: sandbox's lines between its answer and its next read, made long enough that the controller reads the clocks
-#: during them), then blocks reading the next line
-WORKER = SPIN + r"""
-sys.stdout.write("ready\n")
+
+def answering_child(before_s: float, after_s: float) -> str:
+    """A child that says "ready" once started, answers each request line after ``before_s`` of CPU, runs ``after_s``
+    more, then blocks reading the next line."""
+    return SPIN + f"""
+sys.stdout.write("ready\\n")
 sys.stdout.flush()
 for line in sys.stdin:
-    spin(0.003)
-    sys.stdout.write("done\n")
+    spin({before_s!r})
+    sys.stdout.write("done\\n")
     sys.stdout.flush()
-    spin(0.001)
+    spin({after_s!r})
 """
+
+
+#: ~3 ms before each answer and ~1 ms after it (long enough that the controller reads the clocks during it)
+WORKER = answering_child(0.003, 0.001)
 
 
 @pytest.fixture
@@ -102,15 +107,7 @@ def test_cpu_of_a_request_is_booked_to_the_request_not_to_the_time_after_it(work
 #: answers after ~1 ms of CPU, then works 4 ms more before it reads again: a sandbox whose candidate left work to
 #: run once the answer is out (a timer's signal handler precomputing the next call while the controller waits).
 #: 4 ms fitted in the controller's wait before 2026-12-03 (5 ms), and was booked to the request
-AFTER_ANSWER = SPIN + r"""
-sys.stdout.write("ready\n")
-sys.stdout.flush()
-for line in sys.stdin:
-    spin(0.001)
-    sys.stdout.write("done\n")
-    sys.stdout.flush()
-    spin(0.004)
-"""
+AFTER_ANSWER = answering_child(0.001, 0.004)
 
 
 def test_work_after_the_answer_is_idle_cpu_however_long_the_controller_waits():

@@ -149,8 +149,9 @@ class CpuWatch:
     _after: dict[str, str] = field(default_factory=dict)
     #: wall clock (perf_counter_ns) at each open request's begin, read before its clocks
     _since_wall: dict[str, int] = field(default_factory=dict)
-    #: (process, main thread) CPU ns after the last answer, to be shown with the idle interval that follows it
-    _carry: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: the main thread's CPU ns after the last answer (all of it the process's too), to be shown with the idle
+    #: interval that follows it
+    _carry: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, pid in self.pids.items():
@@ -184,12 +185,12 @@ class CpuWatch:
                 if sampling is not None and sampling != name:
                     acct.during_other_samples_s += d[0] * 1e-9
                 # the interval, with the CPU after the answer that opened it (already in idle_s: CpuWatch.end)
-                carried = self._carry.pop(name, (0, 0))
-                s_ns, main_ns = d[0] + carried[0], d[1] + carried[1]
+                carried = self._carry.pop(name, 0)
+                s_ns, main_ns = d[0] + carried, d[1] + carried
                 acct.idle_max_s = max(acct.idle_max_s, s_ns * 1e-9)
                 if s_ns > 0 and (len(acct.idle_top) < IDLE_TOP or s_ns * 1e-9 > acct.idle_top[-1]["s"]):
                     acct.idle_top.append({"s": s_ns * 1e-9, "main_thread_s": main_ns * 1e-9,
-                                          "after_answer_s": carried[1] * 1e-9,
+                                          "after_answer_s": carried * 1e-9,
                                           "after": self._after.get(name, "start")})
                     acct.idle_top.sort(key=lambda e: -e["s"])
                     del acct.idle_top[IDLE_TOP:]
@@ -236,7 +237,7 @@ class CpuWatch:
             acct.idle_s += beyond * 1e-9
             acct.after_answer_s += beyond * 1e-9
             acct.after_answer_max_s = max(acct.after_answer_max_s, beyond * 1e-9)
-            self._carry[name] = (beyond, beyond)
+            self._carry[name] = beyond
             delta[0] -= beyond
             delta[1] -= beyond
         return tuple(delta)

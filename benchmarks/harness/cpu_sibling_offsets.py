@@ -44,6 +44,7 @@ import struct
 import sys
 import threading
 import time
+from typing import Callable
 
 from pytest_autotune.sandbox.jail_session import MALLOC_REUSE_ENV
 
@@ -192,24 +193,30 @@ def _child(rfd: int, wfd: int, op: str, cpu: int, no_thp: bool, flush_mode: str,
         i += 1
 
 
+def fork_with_pipes(child: Callable[[int, int], object]) -> tuple[int, int, int]:
+    """Fork a child with a pipe each way: it runs ``child(from_parent, to_parent)`` and exits (also where ``child``
+    returns); the parent gets ``(pid, to_child, from_child)``, the child's ends closed on its side."""
+    down_r, down_w = os.pipe()
+    up_r, up_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(down_w)
+        os.close(up_r)
+        child(down_r, up_w)
+        os._exit(0)
+    os.close(down_r)
+    os.close(up_w)
+    return pid, down_w, up_r
+
+
 def _pair(a, torch, mode: str, work: int) -> float:
     shared = None
     if mode.split(":")[0] in ("shared", "shared-all", "worker-shared"):
         shared = Bufs([torch.randn(*SHAPE).share_memory_() for _ in range(N_BUF)],
                       [torch.zeros(*SHAPE).share_memory_() for _ in range(N_BUF)],
                       [torch.zeros((4 << 20) // 4, dtype=torch.int32).share_memory_()])
-    kids = []
-    for _ in range(1 if mode == "self" else 2):
-        r1, w1 = os.pipe()
-        r2, w2 = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(w1)
-            os.close(r2)
-            _child(r1, w2, a.op, work, a.no_thp, a.flush, mode, shared)
-        os.close(r1)
-        os.close(w2)
-        kids.append((pid, w1, r2))
+    kids = [fork_with_pipes(lambda rfd, wfd: _child(rfd, wfd, a.op, work, a.no_thp, a.flush, mode, shared))
+            for _ in range(1 if mode == "self" else 2)]
     if mode == "self":
         kids.append(kids[0])
     logs = []

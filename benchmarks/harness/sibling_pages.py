@@ -22,6 +22,8 @@ import os
 import struct
 import sys
 
+from cpu_sibling_offsets import fork_with_pipes  # this script's folder is on sys.path when run
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -60,25 +62,19 @@ def main() -> int:
     torch.set_num_threads(1)
     x = torch.randn(16, 16384)
     torch.nn.functional.gelu(x)  # the op's code paged in by the parent, as the zygote's warm-up does
+    def sibling(go_r: int, w: int) -> None:
+        xs = [torch.randn(16, 16384) for _ in range(4)]
+        outs = [torch.empty(16, 16384) for _ in range(4)]
+        for a, o in zip(xs, outs):
+            torch.nn.functional.gelu(a, out=o)
+        spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in xs + outs]
+        os.write(w, repr(spans).encode())
+        os.close(w)
+        os.read(go_r, 1)  # until the parent has read both page maps
+
     kids = []
     for _ in range(2):
-        r, w = os.pipe()
-        go_r, go_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            os.close(go_w)
-            xs = [torch.randn(16, 16384) for _ in range(4)]
-            outs = [torch.empty(16, 16384) for _ in range(4)]
-            for a, o in zip(xs, outs):
-                torch.nn.functional.gelu(a, out=o)
-            spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in xs + outs]
-            os.write(w, repr(spans).encode())
-            os.close(w)
-            os.read(go_r, 1)  # until the parent has read both page maps
-            os._exit(0)
-        os.close(w)
-        os.close(go_r)
+        pid, go_w, r = fork_with_pipes(sibling)
         spans = eval(os.read(r, 1 << 16).decode())  # noqa: S307 - our own child's repr of a list of int pairs
         kids.append((pid, spans, go_w))
     (pa, sa, _), (pb, sb, _) = kids

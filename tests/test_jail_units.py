@@ -242,13 +242,11 @@ def _comm_of(pid: int) -> str:
 
 def _comm_alive(comm: str) -> bool:
     for p in os.listdir("/proc"):
-        if p.isdigit():
+        if p.isdigit() and _comm_of(int(p)) == comm[:15]:
             try:
-                with open(f"/proc/{p}/comm") as f:
-                    if f.read().strip() == comm[:15]:
-                        with open(f"/proc/{p}/stat") as g:
-                            if g.read().rsplit(")", 1)[1].split()[0] != "Z":
-                                return True
+                with open(f"/proc/{p}/stat") as g:
+                    if g.read().rsplit(")", 1)[1].split()[0] != "Z":
+                        return True
             except OSError:
                 pass
     return False

@@ -131,7 +131,7 @@ class KernelFlow(BaselineStage):
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
                                  budget_scale=env.budget_scale / share, sample_cpus=env.cpus,
-                                 probes=probes, memory=memory)
+                                 probes=probes, memory=memory, k_override=env.k_override)
 
     # ------------------------------------------------------------------------------------------ the item
     def run(self, spec: KernelItemSpec) -> FlowVerdict:
@@ -353,7 +353,7 @@ class KernelFlow(BaselineStage):
                 ev = self._timing(box, base, ctx.seeds, item.probes, share=n, memory=ctx.memory,
                                   derive_spread=item.derive_spread)
             except TimingRefused as e:
-                return self._refused(item, GateOutcome.refuse(e.gate, str(e)))
+                return self._refused(item, GateOutcome(e.gate, str(e), e.verdict))
             ctx.timing = ev
             runs.append(ev)
             # integrity on this pair's own evidence (its rounds, clocks and CPU accounts), sandboxes still alive

@@ -14,6 +14,7 @@ from .jsonable import jsonable
 from .measure.devices.base import Device
 from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
+from .measure.sampling import KOverride
 from .measure.schedule import TimingEvidence
 from .problems.loader import LoadedProblem
 from .problems.model import REFERENCE_BASELINE, KernelItemSpec, SourceFile
@@ -40,6 +41,8 @@ class FlowEnv:
     budget_scale: float = 1.0
     #: CPUs both sandboxes of an item are pinned to ([timing].pin), or None
     cpus: Optional[list[int]] = None
+    #: ``--autotune-k``: calls per sample fixed by the user (exploratory runs only), or None: the protocol's choice
+    k_override: Optional[KOverride] = None
     baselines: dict = field(default_factory=dict)  # (problem path, sha, device) -> BaselineChoice
     problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
     baseline_probes: dict = field(default_factory=dict)  # (problem path, baseline sha, device) -> graph probe
@@ -101,6 +104,15 @@ def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
         strawman_speedup=est.speedup * item.choice.gain_vs_reference, calls_per_sample=ev.calls_per_sample,
         stop_reason=ev.stop_reason)
 
+def _median_per_call(ev: TimingEvidence) -> dict[str, Optional[float]]:
+    """Each arm's median time per call over the timed samples (the k-invariance benchmark reads it)."""
+    out: dict[str, Optional[float]] = {}
+    for arm in ("A", "B"):
+        v = sorted(s.seconds / r.k for r in ev.rounds for s in r.samples if s.arm == arm)
+        out[arm] = v[len(v) // 2] if v else None
+    return out
+
+
 def details(item: ItemRun) -> dict:
     """What the report shows about how the item was measured (JSON-able)."""
     d = {**item.ctx.details, **item.ctx.evidence.as_json()}
@@ -117,7 +129,11 @@ def details(item: ItemRun) -> dict:
                                                for r in ev.rounds for s in r.samples),
                        "cpu": ev.cpu, "stop_reason": ev.stop_reason, "overhead": ev.overhead,
                        "page_faults_in_samples": {arm: sum(max(0, s.page_faults) for r in ev.rounds for s in r.samples
-                                                           if s.arm == arm) for arm in ("A", "B")}}
+                                                           if s.arm == arm) for arm in ("A", "B")},
+                       "samples_with_page_faults": {arm: sum(1 for r in ev.rounds for s in r.samples
+                                                             if s.arm == arm and s.page_faults > 0)
+                                                    for arm in ("A", "B")},
+                       "per_call_s": _median_per_call(ev)}
         d["duty_cycle"] = ev.timed_s / wall if wall > 0 else None
     d["wire"] = {role: box.chan.stats.as_dict() for role, box in item.boxes.items()}
     return jsonable(d)

@@ -29,6 +29,7 @@ class Options:
     remeasure: Optional[str] = None
     plots: Optional[Path] = None
     device_memory: Optional[int] = None
+    calls_per_sample: Optional[str] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -55,4 +56,5 @@ class Options:
             remeasure=g("autotune_remeasure"),
             plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
             device_memory=g("autotune_device_memory"),
+            calls_per_sample=g("autotune_k"),
         )

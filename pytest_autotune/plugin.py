@@ -63,6 +63,18 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _k_override(value: str) -> str:
+    import argparse
+
+    from .measure.sampling import KOverride
+
+    try:
+        KOverride.parse(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
 def _seed(value: str) -> int:
     import argparse
 
@@ -104,6 +116,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "otherwise refuse to record and name the files.")
     g.addoption("--autotune-probe-seed", dest="autotune_probe_seed", default=None, type=_seed, metavar="N",
                 help="replay the hypothesis cheat probes with this seed (printed when a probe fails).")
+    g.addoption("--autotune-k", dest="autotune_k", default=None, type=_k_override, metavar="K",
+                help="time every sample with K calls (a number, or xF: F times the protocol's choice) instead of the "
+                     "protocol's k, for harness benchmarks (benchmarks/harness/k_invariance.py); needs "
+                     "--autotune-exploratory, and every row is then marked exploratory.")
     g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
                      "GPU with other work, or give the CPU a device memory so that memory planning can be tried "

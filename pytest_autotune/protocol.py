@@ -98,7 +98,8 @@ class Protocol:
                           min_pairs=t.min_pairs, max_pairs=t.max_pairs, check_every=t.check_every,
                           min_sample_s=t.min_sample_s, max_calls_per_sample=t.max_calls_per_sample,
                           item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width,
-                          process_pairs=t.process_pairs)
+                          process_pairs=t.process_pairs, k_recheck_ratio=t.k_recheck_ratio,
+                          min_calls_per_sample=t.min_calls_per_sample)
         if device == "cpu":
             cpu = self.devices.cpu
             plan = dataclasses.replace(plan, prints_per_group=cpu.prints_per_group,
@@ -106,7 +107,10 @@ class Protocol:
                                        derive_spread=cpu.derived_spread if cpu.input_sets == "derived" else None)
         if device == "cuda":
             c = self.devices.cuda
+            # CUDA samples hold milliseconds of GPU time and a call's first run is one of many: [timing]'s fewest
+            # calls a sample does not apply there (its own sections set its sample)
             plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,
+                                       min_calls_per_sample=1,
                                        item_budget_s=c.item_budget_s, ci_target_rel_width=c.ci_target_rel_width,
                                        process_pairs=c.process_pairs or t.process_pairs)
         return plan

@@ -41,6 +41,12 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # offset of 2.5% (process_offset_sd: new, optional); [timing].process_pairs 6 -> 2 and item_budget_s 12 -> 4.
     # Issue 28; docs/harness.md, "Derived input sets". The GPU leg reads none of it.
     "8": "822298aa02a998f082bc2f66498b40216e30e774d8ef9b929a124979b53e7a3e",
+    # 9: the sample's shape is the protocol's. k from the baseline's calibration alone, every calibration call on a
+    # fresh input set, re-checked against the baseline's timed calls ([timing].k_recheck_ratio: new, optional);
+    # at least 8 calls a sample ([timing].min_calls_per_sample: new, optional); on the CPU the heap is never given
+    # back within a sandbox ([sandbox].malloc = "steady") and the last-level cache is flushed once a round's inputs
+    # are built ([devices.cpu].llc_flush_factor: new, optional). docs/architecture.md, "The sample's shape"
+    "9": "d08308ce1c58c00325cbc23da04300305af6852d2caead6d00b142409039a81a",
 }
 
 

@@ -44,6 +44,10 @@ class TimingSection:
     fresh_sandboxes: bool = _f()
     disable_gc: bool = _f()
     process_pairs: int = _f(ge=1)
+    # optional (protocols 1-8: 0, k never re-checked against the timed rounds); measure/schedule.py _recheck
+    k_recheck_ratio: float = _f(default=0.0, ge=0.0)
+    # optional (protocols 1-8: 1); measure/sampling.py choose_calls_per_sample
+    min_calls_per_sample: int = _f(default=1, ge=1)
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ class SandboxSection:
     timeout_s: float = _f(gt=0.0)
     memory_mb: int = _f(ge=64)
     start_timeout_s: float = _f(gt=0.0)
-    malloc: str = _f(choices=("reuse", "default"))
+    malloc: str = _f(choices=("steady", "reuse", "default"))
     thp: str = _f(choices=("off", "default"))
     isolation: str = _f(choices=("required", "preferred", "off"))
     max_processes: int = _f(ge=8)
@@ -124,6 +128,8 @@ class CpuSection:
     verify_rounds: Optional[int] = _f(default=None, ge=0)
     # optional (protocols 1-7: 0, the pooled CI from the pairs of processes alone); measure/stats.py
     process_offset_sd: float = _f(default=0.0, ge=0.0, le=0.5)
+    # optional (protocols 1-8: 0, a round's inputs left in the last-level cache where they fit); measure/devices/cpu.py
+    llc_flush_factor: float = _f(default=0.0, ge=0.0)
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,11 @@ class TimingPlan:
     prints_per_group: int = 0
     #: the between-process offset's standard deviation the pooled CI allows for at least (0: none)
     process_offset_sd: float = 0.0
+    #: a k that the baseline's timed per-call time would choose more than this many times larger or smaller than
+    #: the k in use is re-planned once, then refused (0: never re-checked)
+    k_recheck_ratio: float = 0.0
+    #: the fewest calls a sample holds, whatever the calls' length (the memory bound still caps it)
+    min_calls_per_sample: int = 1
 
 
 @dataclass(frozen=True)

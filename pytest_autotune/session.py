@@ -60,6 +60,10 @@ class AutotuneSession:
                 raise AutotuneUsageError(reason)
         if self.opts.measuring and not self.freeze.frozen and not self.opts.exploratory:
             raise AutotuneUsageError(self.freeze.message)
+        if self.opts.calls_per_sample is not None and not self.opts.exploratory:
+            raise AutotuneUsageError(
+                f"--autotune-k={self.opts.calls_per_sample} overrides the protocol's calls per sample: add "
+                "--autotune-exploratory (every row is then marked exploratory), or drop --autotune-k")
         self.exploratory = self.opts.exploratory or not self.freeze.frozen
         self.surface = self._check_surface()
         self.outcomes: list[ItemOutcome] = []
@@ -167,7 +171,7 @@ class AutotuneSession:
         if self.opts.device == "cpu":
             cpu = self.protocol.devices.cpu
             return {"cache_flush_factor": cpu.cache_flush_factor, "placement_span_kib": cpu.placement_span_kib,
-                    **memory}
+                    "llc_flush_factor": cpu.llc_flush_factor, **memory}
         return memory
 
     def _open_store(self, prestart: bool = False) -> None:
@@ -256,6 +260,7 @@ class AutotuneSession:
     def flow(self) -> "KernelFlow":
         if self._flow is None:
             from .flow import FlowEnv, KernelFlow
+            from .measure.sampling import KOverride
 
             p = self.protocol
             self.device.setup(p.timing.cpu_threads)
@@ -269,6 +274,7 @@ class AutotuneSession:
                 lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
                 cpus=self._sandbox_cpus(),
+                k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
             )
             self._flow = KernelFlow(env)
         return self._flow

@@ -92,6 +92,16 @@ CATALOG: list[Case] = [
     Case("softmax_rows", "cheat_cache_signs", "main", R, ("integrity",), r"timed round \d+, candidate call",
          "derived sets move every value by up to ~12% (problems/derived.py): a replayed answer fails the timed-outputs "
          "check of the calls the controller chose after the round (gates/timed_outputs.py)"),
+    # ---------------------------------------------------------------- the sample's shape (calls per sample, k)
+    Case("softmax_rows", "cheat_cache_repeat", "main", NO_GAIN, (), "",
+         "k from the baseline's calibration alone, every calibration call on a fresh set (measure/schedule.py "
+         "_calibrate): a cache of repeated inputs never answers and chooses nothing"),
+    Case("softmax_rows", "cheat_repeat_uninitialised", "main", NO_GAIN, (), "",
+         "no input repeats in calibration or timing (measure/schedule.py calibration_message): the free answer to a "
+         "repeated input is never asked for"),
+    Case("softmax_rows", "cheat_calibration_garbage", "main", NO_GAIN, (), "",
+         "the candidate's calibration is recorded, never used: k, graphs or eager and the memory bound come from "
+         "the baseline's (measure/schedule.py _calibrate, measure/sampling.py decide_timing_mode)"),
     Case("softmax_rows", "cheat_precompute_seeds", "main", R, ("correctness",), r"outside tolerance",
          "seeds from a per-run nonce (seeds.py)"),
     # ---------------------------------------------------------------- precision, inputs, outputs

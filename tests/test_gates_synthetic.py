@@ -22,7 +22,6 @@ from pytest_autotune.measure.schedule import (
     SampleRecord,
     TimingEvidence,
     choose_calls_per_sample,
-    decide_timing_mode,
     memory_cap,
 )
 from pytest_autotune.measure.stats import paired_estimate
@@ -382,16 +381,6 @@ def test_paired_median_ci_covers_one_for_an_aa_in_most_sessions():
         est = paired_estimate(base, cand, level=0.95, resamples=1000, seed=session)
         covered += est.ci_low <= 1.0 <= est.ci_high
     assert 0.88 <= covered / 200 <= 0.99, covered
-
-
-def test_timing_mode_is_decided_for_both_arms_together():
-    fast = {"fastest_graph_call_s": 5e-6, "capture_failures": []}
-    slow = {"fastest_graph_call_s": 50e-6, "capture_failures": []}
-    assert decide_timing_mode({"A": fast, "B": fast}, 10e-6)["graphs"] is True
-    assert decide_timing_mode({"A": slow, "B": fast}, 10e-6)["graphs"] is True  # the faster arm decides
-    assert decide_timing_mode({"A": fast, "B": {"fastest_graph_call_s": None, "capture_failures": ["x"]}},
-                              10e-6)["graphs"] is False  # one arm cannot be captured: eager for both
-    assert decide_timing_mode({"A": {}, "B": {}}, 10e-6) == {}  # a device without graphs
 
 
 def test_calls_per_sample_are_capped_by_free_device_memory():

@@ -5,6 +5,7 @@ eager calls or a CUDA graph. Pure functions of the sandboxes' replies, used by :
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..protocol import TimingPlan
@@ -22,8 +23,8 @@ SETS_PER_CALL = {"eager": 4, "graphs": 8}
 def memory_cap(replies: dict[str, dict], graphs: bool = False, groups: int = 2) -> Optional[int]:
     """The largest ``k`` whose input sets and outputs fit the device's free memory (``None``: not budgeted). A call's
     size is the baseline's (``A``) where it reported one: the candidate's outputs have its shapes (the correctness
-    gate saw to that), and what the candidate says about itself must not choose ``k``. ``groups``: input groups a
-    sandbox holds at once (1 in half-rounds: measure/memory.py)."""
+    gate saw to that), and what the candidate says about itself must not choose ``k``; the schedule passes the
+    baseline's reply alone. ``groups``: input groups a sandbox holds at once (1 in half-rounds: measure/memory.py)."""
     mem = [r.get("memory") or {} for r in replies.values()]
     free = [f for f in (m.get("free_bytes") for m in mem) if isinstance(f, int)]
     if not mem or len(free) < len(mem):
@@ -35,28 +36,81 @@ def memory_cap(replies: dict[str, dict], graphs: bool = False, groups: int = 2) 
 
 
 def choose_calls_per_sample(per_call_s: float, plan: TimingPlan, cap: Optional[int] = None) -> int:
-    k = math.ceil(plan.min_sample_s / max(per_call_s, 1e-9))
+    """``k``: enough calls for ``min_sample_s`` of the baseline's per-call time, at least ``min_calls_per_sample``
+    (a sample's first call is its only cold one: with few calls its share of the sample would move the ratio with
+    ``k``), at most ``max_calls_per_sample`` and the memory bound ``cap``."""
+    k = max(math.ceil(plan.min_sample_s / max(per_call_s, 1e-9)), plan.min_calls_per_sample)
     return int(min(max(k, 1), plan.max_calls_per_sample, cap or plan.max_calls_per_sample))
 
 
+def k_disagrees(k: int, per_call_s: float, plan: TimingPlan, cap: Optional[int]) -> bool:
+    """Would the baseline's per-call time ``per_call_s`` (from timed samples) choose a ``k`` more than
+    ``plan.k_recheck_ratio`` times larger or smaller than the ``k`` in use? (0: never re-checked.)"""
+    if plan.k_recheck_ratio <= 0:
+        return False
+    other = choose_calls_per_sample(per_call_s, plan, cap)
+    return max(other, k) > plan.k_recheck_ratio * min(other, k)
+
+
+@dataclass(frozen=True)
+class KOverride:
+    """``--autotune-k``: calls per sample fixed by the user instead of chosen by the protocol (harness benchmarks:
+    benchmarks/harness/k_invariance.py; rows recorded with it are exploratory). ``calls``: that many; ``factor``:
+    that many times the protocol's choice; either way at most ``max_calls_per_sample`` and the memory bound."""
+
+    text: str
+    calls: Optional[int] = None
+    factor: Optional[float] = None
+
+    @classmethod
+    def parse(cls, text: str) -> "KOverride":
+        t = text.strip().lower()
+        try:
+            if t.startswith("x"):
+                factor = float(t[1:])
+                if factor > 0 and math.isfinite(factor):
+                    return cls(text, factor=factor)
+            else:
+                calls = int(t)
+                if calls >= 1:
+                    return cls(text, calls=calls)
+        except ValueError:
+            pass
+        raise ValueError(f"--autotune-k={text!r}: give a number of calls per sample (e.g. 1) or a multiple of the "
+                         "protocol's choice (e.g. x4)")
+
+    def apply(self, k: int, plan: TimingPlan, cap: Optional[int]) -> int:
+        want = self.calls if self.calls is not None else round(k * (self.factor or 1.0))
+        return int(min(max(1, want), plan.max_calls_per_sample, cap or plan.max_calls_per_sample))
+
+
 def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str, Any]:
-    """CUDA graphs for both arms, or eager for both, from both sandboxes' calibration reports."""
-    fastest = [i.get("fastest_graph_call_s") for i in infos.values()]
-    failures = [f for i in infos.values() for f in (i.get("capture_failures") or [])]
+    """CUDA graphs for both arms, or eager for both, from both arms' calibration (or capture-probe) reports.
+
+    The baseline's calls (``A``) decide: graphs where its fastest test-captured call is shorter than
+    ``graph_below_s``. What the candidate reports of its own speed decides nothing (docs/architecture.md, "The
+    sample's shape"); it can only refuse to be captured (a failed capture, or none tried), which makes both arms
+    eager: an eager sample times each call's launch as well, so a candidate gains no hidden work by forcing it."""
     if not any("fastest_graph_call_s" in i or "capture_failures" in i for i in infos.values()):
         return {}  # this device has no modes
     if graph_below_s <= 0:
         return {"graphs": False, "reason": "graphs off (graph_below_s = 0)"}
-    if failures:
-        return {"graphs": False, "reason": f"eager: a calibration call could not be captured ({failures[0]})"}
-    known = [f for f in fastest if f is not None]
-    if len(known) < len(fastest) or not known:
-        return {"graphs": False, "reason": "eager: no calibration call was short enough to try a graph"}
-    if min(known) < graph_below_s:
-        return {"graphs": True,
-                "reason": f"graph: fastest calibration call {min(known) * 1e6:.2f} us < {graph_below_s * 1e6:g} us"}
-    return {"graphs": False,
-            "reason": f"eager: fastest calibration call {min(known) * 1e6:.2f} us >= {graph_below_s * 1e6:g} us"}
+    for arm in sorted(infos):
+        failures = infos[arm].get("capture_failures") or []
+        if failures:
+            return {"graphs": False, "reason": f"eager: a calibration call of arm {arm} could not be captured "
+                                               f"({failures[0]})"}
+    base = (infos.get("A") or {}).get("fastest_graph_call_s")
+    if base is None:
+        return {"graphs": False, "reason": "eager: no baseline calibration call was short enough to try a graph"}
+    if base >= graph_below_s:
+        return {"graphs": False, "reason": f"eager: the baseline's fastest calibration call {base * 1e6:.2f} us >= "
+                                           f"{graph_below_s * 1e6:g} us"}
+    unknown = [arm for arm, i in sorted(infos.items()) if i.get("fastest_graph_call_s") is None]
+    if unknown:
+        return {"graphs": False, "reason": f"eager: arm {unknown[0]} was not test-captured as a graph"}
+    return {"graphs": True,
+            "reason": f"graph: the baseline's fastest calibration call {base * 1e6:.2f} us < {graph_below_s * 1e6:g} us"}
 
 
-__all__ = ["choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]
+__all__ = ["KOverride", "k_disagrees", "choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import statistics
 import time
 from typing import Any, Optional
 
@@ -28,7 +29,7 @@ from ..protocol import Protocol, TimingPlan
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
 from .memory import UNBUDGETED, MemoryPlan
-from .sampling import choose_calls_per_sample, decide_timing_mode, memory_cap
+from .sampling import KOverride, choose_calls_per_sample, decide_timing_mode, k_disagrees, memory_cap
 from .schedule_driver import ScheduleDriver
 from .stats import PairedEstimate, clustered_estimate, paired_estimate, with_process_offsets
 from .timing_records import (
@@ -42,31 +43,66 @@ from .timing_records import (
 
 #: rounds between two tamper snapshots during timing (one more is taken after the last round)
 TAMPER_EVERY = 8
+#: timed rounds between two re-checks of k against the baseline's timed samples (:func:`_recheck`)
+RECHECK_ROUNDS = 4
 
 
-def _calibrate(drv: ScheduleDriver, warm: dict, plan: TimingPlan, graph_below_s: float,
+#: steady calibration samples of each arm, each on fresh input sets; the fastest counts
+STEADY_SAMPLES = 3
+#: cold single-call samples of each arm during calibration (on CUDA also test-captured as graphs)
+SINGLE_SAMPLES = 3
+
+
+def calibration_message(seeds: SeedSource, plan: TimingPlan, memory: MemoryPlan) -> dict[str, Any]:
+    """What both arms calibrate on: warm-up sets, single-call sets and ``STEADY_SAMPLES`` groups of
+    ``calibration_calls`` sets, every set distinct (fresh seeds; derived groups of the calibration share one draw,
+    as a round's do), so no calibration call repeats an input either arm has seen."""
+    base = seeds.seed("calibration", 0)
+
+    def stream(purpose: str, count: int) -> dict[str, Any]:
+        r: dict[str, Any] = {"seed": seeds.seed(purpose, 0), "count": max(1, count)}
+        if plan.derive_spread:
+            r.update(derive=plan.derive_spread, base=base)
+        return r
+
+    msg: dict[str, Any] = {
+        "cmd": "calibrate", "warmup": stream("warmup", plan.warmup_calls),
+        "singles": stream("calibration-singles", SINGLE_SAMPLES),
+        "steady": [{**stream(f"calibration-steady-{i}", plan.calibration_calls)} for i in range(STEADY_SAMPLES)]}
+    if memory.calibration_sets is not None:
+        msg["alive"] = memory.calibration_sets
+    return msg
+
+
+def _calibrate(drv: ScheduleDriver, seeds: SeedSource, plan: TimingPlan, graph_below_s: float,
                probes: dict[str, dict]) -> tuple[int, dict, dict]:
+    """The sample's shape from evidence the candidate cannot shape (docs/architecture.md, "The sample's shape"):
+    ``k`` from the baseline's calibration alone, run while the candidate's sandbox has no request (and so must be
+    asleep: the idle watch books anything it does meanwhile), every call on a fresh input set; graphs or eager from
+    the baseline's calls (the candidate can only force eager, by failing capture); the memory bound from the
+    baseline's set size and the free memory the baseline's sandbox sees. The candidate calibrates afterwards, alone
+    too: its first calls happen outside any timed sample, and its per-call time is recorded, never used."""
     memory = drv.memory
     if probes:  # an arm's capture probe ran in another sandbox: none in this one
         drv.both({arm: {"cmd": "configure", "timing": {"capture_probes": False}} for arm in probes}, "configure")
-    msg: dict[str, Any] = {"cmd": "calibrate", "warmup": warm}
-    if memory.calibration_sets is not None:
-        msg["alive"] = memory.calibration_sets
-    cal = drv.both({arm: dict(msg) for arm in drv.boxes}, "warm-up")
-    per_call = min(float(c["per_call_s"]) for c in cal.values())
+    msg = calibration_message(seeds, plan, memory)
+    cal = {arm: drv.both({arm: dict(msg)}, f"warm-up ({ARM_ROLES[arm]})")[arm] for arm in ("A", "B")}
+    per_call = float(cal["A"]["per_call_s"])
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
     infos.update(probes)
     mode = decide_timing_mode(infos, graph_below_s)
     # k's memory bound: the item's plan where it has one (every process of the item counted, before anything
-    # ran), and what the sandboxes found free now (other processes of the machine)
-    caps = [c for c in (memory_cap(cal, graphs=bool(mode.get("graphs")), groups=memory.groups_held),
+    # ran), and what the baseline's sandbox found free now (other processes of the machine, the candidate's too)
+    caps = [c for c in (memory_cap({"A": cal["A"]}, graphs=bool(mode.get("graphs")), groups=memory.groups_held),
                         memory.sets_cap) if c is not None]
     cap = min(caps) if caps else None
     k = choose_calls_per_sample(per_call, plan, cap)
     conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode} for arm in drv.boxes}, "configure")
     calibration: dict[str, Any] = {
-        arm: {"per_call_s": c["per_call_s"], "single_call_s": c.get("single_call_s"), "memory": c.get("memory")}
+        arm: {"per_call_s": c["per_call_s"], "steady_per_call_s": c.get("steady_per_call_s"),
+              "single_call_s": c.get("single_call_s"), "memory": c.get("memory")}
         for arm, c in cal.items()}
+    calibration["k_from"] = {"arm": "A", "per_call_s": per_call}
     calibration["k_memory_cap"] = cap
     infos = {arm: c.get("timing_info") or {} for arm, c in conf.items()}
     return k, calibration, {"decision": mode, "sandboxes": infos}
@@ -83,15 +119,17 @@ def round_groups(s1: int, s2: int, k: int, plan: TimingPlan) -> dict[str, dict]:
 
 
 def _warm_round(drv: ScheduleDriver, seeds: SeedSource, k: int, plan: TimingPlan) -> float:
-    """An untimed round of k-call samples of both arms; the fastest sample's seconds."""
+    """An untimed round of k-call samples of both arms; the baseline's fastest sample's seconds (the candidate's
+    never shape the sample: :func:`_calibrate`)."""
     groups = round_groups(seeds.seed("warm-round", 0), seeds.seed("warm-round", 1), k, plan)
     phase = "timing (warm-up round)"
     times = []
     for held in _held_groups(drv.memory):
         drv.both({arm: {"cmd": "release", "fingerprint": None} for arm in drv.boxes}, phase, spread=True)
         drv.both({arm: {"cmd": "prepare", **{g: groups[g] for g in held}} for arm in drv.boxes}, phase, spread=True)
-        times += [drv.sample(arm, group, 0, phase).seconds
-                  for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")) if group in held]
+        samples = [drv.sample(arm, group, 0, phase)
+                   for arm, group in (("A", "p1"), ("B", "p1"), ("B", "p2"), ("A", "p2")) if group in held]
+        times += [s.seconds for s in samples if s.arm == "A"]
     return min(times)
 
 
@@ -120,7 +158,7 @@ def _held_groups(memory: MemoryPlan) -> tuple[tuple[str, ...], ...]:
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
                       *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
                       sample_cpus: Optional[list[int]] = None, probes: Optional[dict[str, dict]] = None,
-                      memory: MemoryPlan = UNBUDGETED) -> TimingEvidence:
+                      memory: MemoryPlan = UNBUDGETED, k_override: Optional[KOverride] = None) -> TimingEvidence:
     """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they release a round and
     build the next one's inputs they may use every CPU but those (``ScheduleDriver.between_rounds_cpus``).
     ``probes``: arm -> that arm's graph-capture probe, made in a sandbox that is not timed (then its timing sandbox
@@ -129,34 +167,75 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     0.998-0.999 in four of four pairs of processes on the H200, and with both probes outside 0.998-1.000, every CI
     containing 1.0 (docs/results-h200.md, "The 4 us yardstick and the baseline's probe").
     ``memory``: the item's memory plan (measure/memory.py): the bound on ``k``, the calibration's sets and whether a
-    round is built whole or in two halves."""
+    round is built whole or in two halves. ``k_override``: calls per sample fixed by the user (``--autotune-k``),
+    never re-planned."""
     t_start = time.perf_counter()
     with ScheduleDriver({"A": baseline, "B": candidate}, sample_cpus, memory) as drv:
-        return _run(drv, t_start, proto, plan, seeds, stats_seed, graph_below_s, budget_scale, dict(probes or {}))
+        return _run(drv, t_start, proto, plan, seeds, stats_seed, graph_below_s, budget_scale, dict(probes or {}),
+                    k_override)
+
+
+def _configure(drv: ScheduleDriver, k: int, mode: dict) -> dict:
+    """Both sandboxes take ``k`` and the timing mode; returns ``mode`` with their timing reports."""
+    conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode["decision"]} for arm in drv.boxes},
+                    "configure")
+    return {**mode, "sandboxes": {arm: c.get("timing_info") or {} for arm, c in conf.items()}}
+
+
+def _recheck(ev: TimingEvidence, since: int, k: int, plan: TimingPlan, cap: Optional[int]) -> Optional[float]:
+    """The baseline's median per-call time over the timed rounds from ``since`` on, where it would choose a ``k``
+    that disagrees with ``k`` by more than ``[timing].k_recheck_ratio`` (None: it agrees, or too few rounds)."""
+    rounds = ev.rounds[since:]
+    if len(rounds) < RECHECK_ROUNDS or (len(rounds) - RECHECK_ROUNDS) % RECHECK_ROUNDS:
+        return None
+    per_call = statistics.median(s.seconds / r.k for r in rounds for s in r.baseline)
+    return per_call if k_disagrees(k, per_call, plan, cap) else None
+
+
+def _last_outputs(drv: ScheduleDriver, ev: TimingEvidence, rec: Optional[RoundRecord], plan: TimingPlan) -> None:
+    """The candidate's fingerprints of the last round's outputs (``rec``), at positions drawn now, and both
+    sandboxes' outputs freed; a tamper snapshot of the candidate's sandbox with them."""
+    last_fp: dict[str, Any] = {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": True}
+    last_calls: Optional[list[int]] = None
+    if plan.prints_per_group and rec is not None:
+        last_fp["calls"], last_calls = choose_prints(["p2"] if drv.memory.groups_held == 1 else ["p1", "p2"], rec.k,
+                                                     plan.prints_per_group)
+    last = drv.both({"A": {"cmd": "release", "fingerprint": None}, "B": last_fp},
+                    "timing (last outputs)", spread=True)
+    if rec is not None:
+        rec.prints = rec.mid_prints + (last["B"].get("prints") or [])
+        if last_calls is not None:
+            rec.print_calls = rec.mid_calls + last_calls
+    ev.tamper += last["B"].get("tamper", [])
 
 
 def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
-         stats_seed: int, graph_below_s: float, budget_scale: float, probes: dict[str, dict]) -> TimingEvidence:
+         stats_seed: int, graph_below_s: float, budget_scale: float, probes: dict[str, dict],
+         k_override: Optional[KOverride]) -> TimingEvidence:
     memory = drv.memory
 
-    warm = {"seed": seeds.seed("warmup"), "count": max(1, plan.warmup_calls + plan.calibration_calls)}
-    k, calibration, mode = _calibrate(drv, warm, plan, graph_below_s, probes)
+    k, calibration, mode = _calibrate(drv, seeds, plan, graph_below_s, probes)
     calibration["memory"] = {"groups_held": memory.groups_held, "sets_cap": memory.sets_cap} \
         if memory.budgeted else None
+    cap = calibration.get("k_memory_cap")
+    if k_override is not None:
+        k_protocol, k = k, k_override.apply(k, plan, cap)
+        calibration["k_override"] = {"asked": k_override.text, "k_protocol": k_protocol, "k": k}
+        if k != k_protocol:
+            mode = _configure(drv, k, mode)
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
     warm_per_call = _warm_round(drv, seeds, k, plan) / k
-    cap = calibration.get("k_memory_cap")
-    if k * warm_per_call < plan.min_sample_s / 2 and choose_calls_per_sample(warm_per_call, plan, cap) > k:
+    if k_override is None and k * warm_per_call < plan.min_sample_s / 2 \
+            and choose_calls_per_sample(warm_per_call, plan, cap) > k:
         # calibration ran cold or under load and over-estimated a call: samples this short would leave the harness's
         # own per-sample work (and the wall-clock rule's noise) as large as the calls. k again from the warm round.
         calibration["rederived_from_warm_round"] = {"k_calibrated": k, "per_call_s": warm_per_call}
         k = choose_calls_per_sample(warm_per_call, plan, cap)
-        conf = drv.both({arm: {"cmd": "configure", "k": k, "timing": mode["decision"]} for arm in drv.boxes},
-                        "configure")
-        mode = {**mode, "sandboxes": {arm: c.get("timing_info") or {} for arm, c in conf.items()}}
+        mode = _configure(drv, k, mode)
         _warm_round(drv, seeds, k, plan)
     ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)
+    planned_at = 0  # the first round timed at the k in use
     budget = plan.item_budget_s * budget_scale
     n_seed = 0
     prints_of: Optional[RoundRecord] = None
@@ -182,7 +261,8 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
             calls: Optional[list[int]] = None
             if fp is not None and plan.prints_per_group:
                 kept = ["p1"] if h > 0 else (["p2"] if memory.groups_held == 1 else ["p1", "p2"])
-                fp["calls"], calls = choose_prints(kept, k, plan.prints_per_group)
+                fp["calls"], calls = choose_prints(kept, k if h > 0 or prints_of is None else prints_of.k,
+                                                   plan.prints_per_group)
             t0 = time.perf_counter()
             rel = drv.both({arm: {"cmd": "release", "fingerprint": fp,
                                   "tamper": arm == "B" and h == 0 and r_index % TAMPER_EVERY == 0}
@@ -215,6 +295,25 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
         ev.rounds.append(rec)
         ev.timed_s += sum(s.seconds for s in samples)
         prints_of = rec
+        drift = None if k_override is not None else _recheck(ev, planned_at, k, plan, cap)
+        if drift is not None:
+            replans = calibration.setdefault("replanned", [])
+            if replans:
+                raise TimingRefused(
+                    f"the baseline's call took {drift * 1e6:.1f} us in timed rounds {planned_at}-{len(ev.rounds) - 1} "
+                    f"at k = {k}, which would choose k = {choose_calls_per_sample(drift, plan, cap)}, after k was "
+                    f"already re-planned once ({replans[0]['k_from']} -> {k}): the machine's speed changed under the "
+                    "item (another process, frequency, memory pressure); run it again on a quiet machine, or raise "
+                    "[timing].k_recheck_ratio in a new protocol version", "timing", verdict="error")
+            k_new = choose_calls_per_sample(drift, plan, cap)
+            replans.append({"after_round": len(ev.rounds) - 1, "k_from": k, "k_to": k_new,
+                            "baseline_per_call_s": drift})
+            _last_outputs(drv, ev, prints_of, plan)  # the round's outputs are checked before the warm round's
+            prints_of = None
+            k = ev.calls_per_sample = k_new
+            mode = _configure(drv, k, mode)
+            _warm_round(drv, seeds, k, plan)
+            planned_at = len(ev.rounds)
         n_pairs = 2 * len(ev.rounds)
         elapsed = time.perf_counter() - t_start
         if (n_pairs >= max(plan.min_pairs, plan.ci_stop_min_pairs)
@@ -230,18 +329,7 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
         if elapsed >= budget and n_pairs >= plan.min_pairs:
             ev.stop_reason = f"item budget of {budget:g} s spent after {n_pairs} pairs"
             break
-    last_fp: dict[str, Any] = {"cmd": "fingerprint", "positions_seed": secrets.randbits(63), "tamper": True}
-    last_calls: Optional[list[int]] = None
-    if plan.prints_per_group:
-        last_fp["calls"], last_calls = choose_prints(["p2"] if memory.groups_held == 1 else ["p1", "p2"], k,
-                                                     plan.prints_per_group)
-    last = drv.both({"A": {"cmd": "release", "fingerprint": None}, "B": last_fp},
-                    "timing (last outputs)", spread=True)
-    if prints_of is not None:
-        prints_of.prints = prints_of.mid_prints + (last["B"].get("prints") or [])
-        if last_calls is not None:
-            prints_of.print_calls = prints_of.mid_calls + last_calls
-    ev.tamper += last["B"].get("tamper", [])
+    _last_outputs(drv, ev, prints_of, plan)
     drv.watch.checkpoint()
     ev.cpu = {arm: vars(acct) for arm, acct in drv.watch.accounts.items()}
     ev.commands = dict(drv.commands)

@@ -13,11 +13,14 @@ ARM_ROLES = {"A": "baseline", "B": "candidate"}
 
 class TimingRefused(Exception):
     """The sandbox misbehaved during timing in a way that is the candidate's doing (gate ``timing``, or
-    ``integrity`` when the sandbox itself refused to go on: a torch mode left pushed, a subclass output)."""
+    ``integrity`` when the sandbox itself refused to go on: a torch mode left pushed, a subclass output); with
+    ``verdict="error"``, timing could not go on for a reason that is nobody's doing in particular (the machine's
+    speed changed under the item: measure/schedule.py ``_recheck``)."""
 
-    def __init__(self, message: str, gate: str = "timing") -> None:
+    def __init__(self, message: str, gate: str = "timing", verdict: str = "rejected") -> None:
         super().__init__(message)
         self.gate = gate
+        self.verdict = verdict
 
 
 class SampleRecord(NamedTuple):
@@ -62,6 +65,12 @@ class RoundRecord:
     #: (``[devices.cpu].prints_per_group``: the controller chose a few of each group after the round)
     print_calls: Optional[list] = None
     mid_calls: list = field(default_factory=list)
+
+    @property
+    def k(self) -> int:
+        """Calls in each sample of this round (every round of a pair of processes has the protocol's ``k`` unless
+        the schedule re-planned it: measure/schedule.py ``_recheck``)."""
+        return int(self.recipes_p1["count"])
 
     def slot(self, arm: str, group: str) -> SampleRecord:
         return next(s for s in self.samples if s.arm == arm and s.group == group)
@@ -112,12 +121,11 @@ class TimingEvidence:
 
     def pairs(self) -> tuple[list[float], list[float]]:
         """Per-call (baseline, candidate) times of each pair: (A(p1), B(p1)) and (A(p2), B(p2)) of every round."""
-        k = self.calls_per_sample
         base, cand = [], []
         for r in self.rounds:
             for a, b in zip(r.baseline, r.candidate):
-                base.append(a.seconds / k)
-                cand.append(b.seconds / k)
+                base.append(a.seconds / r.k)
+                cand.append(b.seconds / r.k)
         return base, cand
 
 

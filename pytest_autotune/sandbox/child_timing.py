@@ -21,50 +21,45 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def h_calibrate(st: ChildState, msg: dict) -> dict:
-    """Warm the arm up, then estimate its steady time per call: single-call samples (cold; on CUDA also
-    test-captured as graphs) and three samples of all warm-up inputs back to back, of which the fastest counts
-    (preemption only ever adds time). ``alive``: the most input sets the item's memory plan lets this sandbox hold
-    at once (measure/memory.py); then the warm-up sets are built one at a time, each dropped after its call, and
-    the steady samples run on that many sets."""
+    """Warm the arm up, then estimate its steady time per call, every call on an input set it has never seen
+    (measure/schedule.py: the sample's shape is the protocol's). ``warmup``: sets for untimed first calls (lazy
+    initialisation, compilation); ``singles``: sets timed one call a sample (cold; on CUDA also test-captured as
+    graphs); ``steady``: a list of groups of fresh sets, each timed back to back as one sample, of which the fastest
+    counts (preemption only ever adds time). No set is called twice, so nothing an arm remembers of an earlier call
+    (an answer cache, a first-calls fast path) can make a calibration call fast. ``alive``: the most input sets the
+    item's memory plan lets this sandbox hold at once (measure/memory.py): then the sets are built one at a time
+    for the untimed calls, and a steady group holds at most that many."""
     st.release()
     gc.collect()
     model = st.model()
     st.require_no_modes("before calibration inputs were built")
-    warm = msg["warmup"]
     alive = msg.get("alive")
-    out_bytes = 0
-    if alive is None or int(alive) >= int(warm["count"]):
-        batches = st.input_stream(warm)
-        for b in batches:
-            out = st.call(model, b)
-            st.device.synchronize()
-            out_bytes = max(out_bytes, _nbytes(out))
-            del out
-    else:
-        for b in st.iter_inputs(warm):
-            out = st.call(model, b)
-            st.device.synchronize()
-            out_bytes = max(out_bytes, _nbytes(out))
-            del out, b
-        st.require_no_modes("while calibration inputs were built")
-        batches = st.input_stream({"seed": warm["seed"], "count": max(1, int(alive))})
+    out_bytes = in_bytes = 0
+    for b in st.iter_inputs(msg["warmup"]):  # one set at a time: at published sizes a set is GBs
+        out = st.call(model, b)
+        st.device.synchronize()
+        out_bytes, in_bytes = max(out_bytes, _nbytes(out)), max(in_bytes, _nbytes(b))
+        del out, b
+    st.require_no_modes("while calibration inputs were built")
     # what one call of a timed sample holds on the device: its input set and its output (the schedule caps k by it)
-    memory = {"set_bytes": _nbytes(batches[0]) + out_bytes, "free_bytes": st.device.free_memory_bytes()}
+    memory = {"set_bytes": in_bytes + out_bytes, "free_bytes": st.device.free_memory_bytes()}
     singles = []
-    for b in batches[: max(1, min(3, len(batches)))]:
+    for b in st.iter_inputs(msg["singles"]):
         s = st.device.timed(lambda *x: st.call(model, list(x)), [b])
         singles.append(s.seconds)
-        del s
+        del s, b
     steady = []
-    for _ in range(3):
+    for recipe in msg["steady"]:
+        count = int(recipe["count"]) if alive is None else max(1, min(int(recipe["count"]), int(alive)))
+        batches = st.input_stream({**recipe, "count": count})
+        st.require_no_modes("while calibration inputs were built")
         sample = st.device.timed(lambda *x: st.call(model, list(x)), batches)
-        steady.append(sample.seconds)
-        del sample
-    per_call = min(steady) / max(1, len(batches))
-    del batches
+        steady.append(sample.seconds / max(1, len(batches)))
+        del sample, batches
     if alive is not None:  # memory-planned: the calibration's blocks go back, the rounds reserve their own
         st.device.release_cached_memory()
-    return {"per_call_s": per_call, "single_call_s": sorted(singles)[len(singles) // 2], "memory": memory,
+    return {"per_call_s": min(steady), "steady_per_call_s": steady,
+            "single_call_s": sorted(singles)[len(singles) // 2] if singles else None, "memory": memory,
             "timing_info": st.device.timing_info(), "threads": os_thread_count(), "tamper": st.tamper_changes()}
 
 

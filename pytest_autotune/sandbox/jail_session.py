@@ -34,6 +34,12 @@ def hidden_paths(db: Optional[Path]) -> tuple[str, ...]:
 #: temporaries cost the same whichever arm ran before it (read by glibc when the zygote starts)
 MALLOC_REUSE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
                     "MALLOC_TOP_PAD_": str(64 << 20)}
+#: [sandbox].malloc = "steady" (protocol 9): as "reuse", and the heap is never given back to the system within a
+#: sandbox's life. Under "reuse" a round holding more than 1 GiB had its heap trimmed when it was freed, and the
+#: next round's outputs faulted in fresh pages inside its samples: 02_relu's reference took 3.8 ms a call at k = 64
+#: against 0.54 ms at k = 4 (118,000 page faults a sample; never trimmed: 0.54 ms at both;
+#: docs/harness.md, "The sample's shape")
+MALLOC_STEADY_ENV = {**MALLOC_REUSE_ENV, "MALLOC_TRIM_THRESHOLD_": str(1 << 62)}
 
 
 def sandbox_env(protocol: "Protocol", device: str) -> dict[str, str]:
@@ -41,6 +47,8 @@ def sandbox_env(protocol: "Protocol", device: str) -> dict[str, str]:
     env: dict[str, str] = {}
     if protocol.sandbox.malloc == "reuse":
         env.update(MALLOC_REUSE_ENV)
+    elif protocol.sandbox.malloc == "steady":
+        env.update(MALLOC_STEADY_ENV)
     if device == "cuda":
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env

@@ -30,24 +30,39 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def per_core_l2_bytes() -> int:
-    """The L2 size of CPU 0 as sysfs reports it (1 MiB where it cannot be read)."""
-    for index in range(4):
+def _cache_sizes() -> dict[int, int]:
+    """Level -> bytes of CPU 0's data and unified caches, as sysfs reports them."""
+    sizes: dict[int, int] = {}
+    for index in range(8):
         base = f"/sys/devices/system/cpu/cpu0/cache/index{index}"
         try:
             with open(f"{base}/level") as f:
-                if f.read().strip() != "2":
+                level = int(f.read().strip())
+            with open(f"{base}/type") as f:
+                if f.read().strip() == "Instruction":
                     continue
             with open(f"{base}/size") as f:
                 text = f.read().strip().upper()
-        except OSError:
+        except (OSError, ValueError):
             continue
         mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
         try:
-            return int(text.rstrip("KMG")) * mult
+            sizes[level] = max(sizes.get(level, 0), int(text.rstrip("KMG")) * mult)
         except ValueError:
-            break
-    return 1 << 20
+            continue
+    return sizes
+
+
+def per_core_l2_bytes() -> int:
+    """The L2 size of CPU 0 as sysfs reports it (1 MiB where it cannot be read)."""
+    return _cache_sizes().get(2, 1 << 20)
+
+
+def last_level_cache_bytes() -> int:
+    """The largest cache level of CPU 0 as sysfs reports it, usually the L3 that cores share (32 MiB where
+    nothing can be read)."""
+    sizes = _cache_sizes()
+    return sizes[max(sizes)] if sizes else 32 << 20
 
 
 class CpuDevice(Device):
@@ -58,6 +73,8 @@ class CpuDevice(Device):
         self._flush: Any = None
         self._flush_value = 0
         self._flush_bytes: Optional[int] = None
+        self._llc: Any = None
+        self._llc_value = 0
         self.placement = Placement(int(self.options.get("placement_span_kib", 0) or 0) << 10)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -91,6 +108,25 @@ class CpuDevice(Device):
             self._flush_bytes = int(factor * per_core_l2_bytes()) // 4096 * 4096
         return self._flush_bytes
 
+    def llc_flush_bytes(self) -> int:
+        """Bytes written after a round's inputs are built (``[devices.cpu].llc_flush_factor`` x the last-level cache;
+        0: none)."""
+        factor = float(self.options.get("llc_flush_factor", 0) or 0)
+        return int(factor * last_level_cache_bytes()) // 4096 * 4096
+
+    def flush_last_level_cache(self) -> None:
+        """Write a buffer of ``llc_flush_bytes``: what the round built leaves the caches, so every call of every
+        sample reads its inputs from memory whatever ``k`` is (docs/architecture.md, "The sample's shape"). The
+        buffer is one mapping of its own (above glibc's mmap threshold), allocated once: it moves nothing on the
+        heap."""
+        n = self.llc_flush_bytes()
+        if n <= 0:
+            return
+        if self._llc is None:
+            self._llc = torch.empty(n // 4, dtype=torch.int32)
+        self._llc_value += 1
+        self._llc.fill_(self._llc_value)
+
     def flush_cache(self) -> None:
         n = self.flush_bytes()
         if n <= 0:
@@ -116,12 +152,14 @@ class CpuDevice(Device):
 
     def round_inputs_built(self) -> None:
         self.placement.after_inputs()
+        self.flush_last_level_cache()
 
     def round_ends(self) -> None:
         self.placement.end_round()
 
     def timing_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"mode": "host clock", "cache_flush_bytes": self.flush_bytes()}
+        info: dict[str, Any] = {"mode": "host clock", "cache_flush_bytes": self.flush_bytes(),
+                                "llc_flush_bytes": self.llc_flush_bytes()}
         if self.placement.enabled:
             info["placement"] = self.placement.info()
         return info
@@ -131,4 +169,6 @@ class CpuDevice(Device):
                                "cpu.options": tuple(sorted((str(k), repr(v)) for k, v in self.options.items()))}
         if self._flush is not None:
             fns["cpu.flush_buffer"] = self._flush
+        if self._llc is not None:
+            fns["cpu.llc_flush_buffer"] = self._llc
         return fns

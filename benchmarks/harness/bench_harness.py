@@ -78,6 +78,7 @@ def aa(repeats: int, extra: list[str], workdir: Path) -> dict:
                     "process_pairs") or []
                 rows.append({"repeat": i, "problem": it["problem"], "speedup": it["speedup"], "ci": it["ci"],
                              "n_pairs": it["n_pairs"], "baseline_s": it["baseline_s"],
+                             "cause": None if it["ci"][0] <= 1.0 <= it["ci"][1] else miss_cause(it),
                              # each pair of processes on its own: its speedup, CI and calls per sample
                              "process_pairs": [{"speedup": p.get("speedup"), "ci": p.get("ci"),
                                                 "k": p.get("calls_per_sample")} for p in pairs]})
@@ -99,6 +100,34 @@ def aa(repeats: int, extra: list[str], workdir: Path) -> dict:
         "median_ci_width": statistics.median((x["ci"][1] - x["ci"][0]) / x["speedup"] for x in ok) if ok else None,
         **_between_pairs(ok),
     }
+
+
+def miss_cause(it: dict) -> str:
+    """Why an A/A item's CI misses 1.0, from what its report says: the pairs of processes (one pair's offset, which
+    two pairs cannot average out), page faults inside samples, a re-planned k, CPU used while idle, or the arms' own
+    per-call times. The first of these that the report shows, or every fact when none stands out."""
+    t = (it.get("details") or {}).get("timing") or {}
+    cal = t.get("calibration") or {}
+    pairs = [p for p in cal.get("process_pairs") or [] if p.get("speedup") and p.get("ci")]
+    facts = []
+    if len(pairs) >= 2:
+        inside = [p["ci"][0] <= 1.0 <= p["ci"][1] for p in pairs]
+        desc = ", ".join(f"{p['speedup']:.3f} [{p['ci'][0]:.3f}, {p['ci'][1]:.3f}]" for p in pairs)
+        if any(inside) and not all(inside):
+            return f"one pair of processes carries an offset: the pairs read {desc}"
+        if not any(inside):
+            facts.append(f"every pair of processes misses 1.0 on its own: {desc}")
+    faults = t.get("samples_with_page_faults") or {}
+    if faults and faults.get("A") != faults.get("B") and max(faults.values()) > 2:
+        return f"page faults inside samples: {faults} samples of each arm took some"
+    if cal.get("replanned"):
+        return f"k re-planned mid-item: {cal['replanned']}"
+    cpu = t.get("cpu") or {}
+    idle = {arm: (cpu.get(arm) or {}).get("idle_s") for arm in ("A", "B")}
+    if any(v for v in idle.values()):
+        facts.append(f"CPU used while idle: {idle}")
+    facts.append(f"per call: {t.get('per_call_s')}, k = {t.get('calls_per_sample')}")
+    return "; ".join(facts)
 
 
 def _between_pairs(ok: list[dict]) -> dict:
@@ -177,7 +206,9 @@ def md_aa(a: dict) -> str:
             + ("" if "items_with_pairs" not in a else
                f"\nbetween pairs of processes: median log spread {f(a['median_between_pair_log_spread'], 4)}, median "
                f"CI half-width of one pair {f(a['median_pair_ci_half_width'], 4)}, pair CIs disjoint in "
-               f"{a['items_with_disjoint_pair_cis']} of {a['items_with_pairs']} items\n"))
+               f"{a['items_with_disjoint_pair_cis']} of {a['items_with_pairs']} items\n")
+            + "".join(f"\n- {x['problem']} reads {x['speedup']:.4f} [{x['ci'][0]:.4f}, {x['ci'][1]:.4f}]: {x['cause']}"
+                      for x in a["items"] if x.get("cause")))
 
 
 def md_remeasure(m: dict) -> str:

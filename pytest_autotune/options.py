@@ -36,6 +36,12 @@ class Options:
         g = config.getoption
         db = g("autotune_db")
         js = g("autotune_json")
+        if g("autotune_k") is not None and not g("autotune_exploratory"):
+            from .errors import AutotuneUsageError
+
+            raise AutotuneUsageError(
+                f"--autotune-k={g('autotune_k')} overrides the protocol's calls per sample: add "
+                "--autotune-exploratory (every row is then marked exploratory), or drop --autotune-k")
         return cls(
             measuring=bool(g("autotune")),
             device=g("autotune_device"),

@@ -60,10 +60,6 @@ class AutotuneSession:
                 raise AutotuneUsageError(reason)
         if self.opts.measuring and not self.freeze.frozen and not self.opts.exploratory:
             raise AutotuneUsageError(self.freeze.message)
-        if self.opts.calls_per_sample is not None and not self.opts.exploratory:
-            raise AutotuneUsageError(
-                f"--autotune-k={self.opts.calls_per_sample} overrides the protocol's calls per sample: add "
-                "--autotune-exploratory (every row is then marked exploratory), or drop --autotune-k")
         self.exploratory = self.opts.exploratory or not self.freeze.frozen
         self.surface = self._check_surface()
         self.outcomes: list[ItemOutcome] = []
@@ -274,8 +270,7 @@ class AutotuneSession:
                 lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
                 cpus=self._sandbox_cpus(),
-                k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
-            )
+                k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None)
             self._flow = KernelFlow(env)
         return self._flow
 

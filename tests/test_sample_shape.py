@@ -205,3 +205,12 @@ def test_the_baselines_graph_choice_reaches_both_timing_sandboxes():
     for box in logs.values():
         modes = [m["timing"] for cmd, m, _ in box.log if cmd == "configure" and "k" in m]
         assert modes and all(t.get("graphs") is False for t in modes)
+
+
+def test_a_fixed_k_needs_an_exploratory_run(pytester: pytest.Pytester):
+    """--autotune-k overrides the protocol's sample: a run that records it must say so in every row."""
+    res = pytester.runpytest("--autotune", "--autotune-k=4", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--autotune-k=4 overrides the protocol's calls per sample: add --autotune-exploratory" in res.stderr.str()
+    res = pytester.runpytest("--autotune", "--autotune-k=zero", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "give a number of calls per sample" in res.stderr.str()

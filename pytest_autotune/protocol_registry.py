@@ -41,6 +41,11 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # offset of 2.5% (process_offset_sd: new, optional); [timing].process_pairs 6 -> 2 and item_budget_s 12 -> 4.
     # Issue 28; docs/harness.md, "Derived input sets". The GPU leg reads none of it.
     "8": "822298aa02a998f082bc2f66498b40216e30e774d8ef9b929a124979b53e7a3e",
+    # 9: [devices.cuda].head_start = "spin" and head_start_max_s = 0.003 (new, optional keys): every CUDA sample's
+    # stream is held behind the L2 flush until the host has enqueued its launches, the start event behind the hold,
+    # and a sample's time is max(event time, host enqueue time) (measure/devices/cuda/head_start.py; docs/protocol.md,
+    # docs/architecture.md "The CUDA sample"). The CPU leg reads none of it.
+    "9": "08f9af5bce401b97c058f6a8d22cbd53e71e18a9c2e103c8d0d870c233df01df",
 }
 
 

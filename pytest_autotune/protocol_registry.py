@@ -45,7 +45,7 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # stream is held behind the L2 flush until the host has enqueued its launches, the start event behind the hold,
     # and a sample's time is max(event time, host enqueue time) (measure/devices/cuda/head_start.py; docs/protocol.md,
     # docs/architecture.md "The CUDA sample"). The CPU leg reads none of it.
-    "9": "08f9af5bce401b97c058f6a8d22cbd53e71e18a9c2e103c8d0d870c233df01df",
+    "9": "e82502475d99fd715eab742584e13a99c9de077b172a2fc92fe87e52e67ca037",
 }
 
 

@@ -20,8 +20,9 @@ CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06
 #: CUstreamAttrID CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW (= CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)
 CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1
 #: CUdevice_attribute values
-CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13  # kHz
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38
+CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39
 CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE = 108
 #: size of the CUstreamAttrValue / CUlaunchAttributeValue union (cuda.h pads it to 64 bytes)
 ATTR_VALUE_BYTES = 64
@@ -90,6 +91,8 @@ class Driver:
         self.kernel_error = _bind(self.lib, (
             ("cuMemHostAlloc", [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]),
             ("cuMemFreeHost", [ctypes.c_void_p]),
+            ("cuMemsetD8_v2", [_CUdeviceptr, ctypes.c_ubyte, ctypes.c_size_t]),
+            ("cuMemAlloc_v2", [ctypes.POINTER(_CUdeviceptr), ctypes.c_size_t]),
             ("cuModuleLoadDataEx", [ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_uint,
                                     ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_void_p)]),
             ("cuModuleGetFunction", [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]),
@@ -194,6 +197,15 @@ class Driver:
         if not self.kernel_error:
             self.lib.cuMemFreeHost(ctypes.c_void_p(host))
 
+    def device_alloc(self, nbytes: int) -> int:
+        """Device memory outside torch's allocator, zeroed: its address."""
+        if self.kernel_error:
+            raise DriverError(self.kernel_error)
+        ptr = _CUdeviceptr(0)
+        self._check(self.lib.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(nbytes)), "cuMemAlloc")
+        self._check(self.lib.cuMemsetD8_v2(ptr, 0, ctypes.c_size_t(nbytes)), "cuMemsetD8")
+        return int(ptr.value)
+
     def load_function(self, ptx: str, name: str) -> tuple[int, int]:
         """(module, function) of kernel ``name`` in ``ptx``, compiled by the driver's JIT for this device. A JIT
         error raises with the JIT's own log."""
@@ -210,12 +222,12 @@ class Driver:
         self._check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()), "cuModuleGetFunction")
         return int(module.value or 0), int(fn.value or 0)
 
-    def launch(self, function: int, stream: int, args: list) -> int:
-        """One block of one thread of ``function`` on ``stream``; ``args``: ctypes values in the kernel's order.
+    def launch(self, function: int, stream: int, args: list, blocks: int = 1, threads: int = 1) -> int:
+        """``blocks`` x ``threads`` of ``function`` on ``stream``; ``args``: ctypes values in the kernel's order.
         Returns the CUresult (0: queued)."""
         params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
-        return int(self.lib.cuLaunchKernel(ctypes.c_void_p(function), 1, 1, 1, 1, 1, 1, 0, ctypes.c_void_p(stream),
-                                           params, None))
+        return int(self.lib.cuLaunchKernel(ctypes.c_void_p(function), blocks, 1, 1, threads, 1, 1, 0,
+                                           ctypes.c_void_p(stream), params, None))
 
 
 def _bind(lib: Any, table: tuple) -> str:

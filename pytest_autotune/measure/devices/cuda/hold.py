@@ -1,25 +1,29 @@
 """The head start's hold: what keeps a sample's stream waiting, behind the L2 flush, while the host enqueues the
 sample's calls (docs/architecture.md, "The CUDA sample"; the sample's side is :mod:`.head_start`).
 
-Three mechanisms, named by ``[devices.cuda].head_start``:
+``[devices.cuda].head_start = "spin"`` (:class:`SpinHold`): a kernel that spins until the host writes the sample's
+number into a flag in pinned host memory mapped into the device -- NVIDIA nvbench's blocking kernel
+(``measure_cold``), with two differences:
 
-- ``"spin"`` (:class:`SpinHold`): a one-thread kernel that spins on a flag in pinned host memory mapped into the
-  device until the host writes the sample's number into it -- NVIDIA nvbench's blocking kernel (``measure_cold``).
-  The host releases it after its last launch, so the hold lasts exactly as long as the host needs, whatever that
-  is. The kernel also ends by itself ``head_start_max_s`` after it began: a held stream can deadlock, because a
-  call that synchronises (``.item()``, ``torch.cuda.synchronize()``, a ``cudaDeviceSynchronize`` in an
-  extension) waits for the GPU while the GPU waits for the host, and so does a launch once the stream's queue is
-  full (about 1,000 pending launches). It writes, into the same mapped page, whether it was released or ran out.
-  The kernel is PTX (below) compiled by the driver's JIT at setup: the GPU host has no CUDA compiler, and the
-  harness needs no package for one kernel of twenty instructions.
-- ``"sleep"`` (:class:`SleepHold`): ``torch.cuda._sleep`` for a number of clock cycles -- a delay the host cannot
-  end early. Its length is a guess of the host's time (twice the longest enqueue of the last samples, within
-  [0.5 ms, ``head_start_max_s``]); the fallback where the spin kernel cannot be set up.
-- ``"off"``: no hold (protocols 1-8).
+- **It fills the GPU.** One block of 512 threads per 512 resident threads every SM allows (an H200: 132 SMs x 4):
+  while it runs, no block of any other kernel can be resident, so an arm cannot run work on a stream of its own
+  while the timed stream is held -- work the events would never see and the host's clock would see only as the
+  host's own enqueue time. Thread 0 of block 0 polls the host's flag; thread 0 of every other block polls a word
+  in device memory that it sets; the other threads wait at the block's barrier (no issue slots, little power).
+  Copy engines stay free (a memcpy on another stream can run during the hold); ``DeviceClockGate`` sees any copy
+  still running after the release.
+- **It ends by itself** ``head_start_max_s`` after it began. A held stream can deadlock: a call that synchronises
+  (``.item()``, ``torch.cuda.synchronize()``, a ``cudaDeviceSynchronize`` in an extension) waits for the GPU while
+  the GPU waits for the host, and so does a launch once the stream's queue is full (about 1,000 pending launches).
+  The kernel writes, into the mapped page, whether the host released it or it ran out.
 
-``cuStreamWaitValue32`` (the stream waits in the GPU's front end for a host-written value) was the third candidate
-and is not used: it has no deadline, so a call that synchronises inside the hold, or more launches than the queue
-holds, would hang the sandbox until its phase timeout.
+The kernel is PTX (below), compiled by the driver's JIT at setup: the GPU host has no CUDA compiler, and one
+kernel of forty instructions needs no package for it. ``"off"``: no hold (protocols 1-8; also the fallback where
+the driver cannot load or launch the kernel -- the sample is then the one before the head start, and says so).
+
+Not used, and why: ``cuStreamWaitValue32`` (the stream waits in the GPU's front end for a host-written value) has
+no deadline, and leaves every SM free for another stream's work during the hold; a delay kernel
+(``torch.cuda._sleep``) is one thread, leaves the SMs free too, and its length is a guess of the host's time.
 
 Everything here lives on the device instance; this module is in the sandbox's tamper snapshot.
 """
@@ -27,16 +31,19 @@ Everything here lives on the device instance; this module is in the sandbox's ta
 from __future__ import annotations
 
 import ctypes
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
-import torch
+from .driver import (
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    Driver,
+    DriverError,
+)
 
-from .driver import CU_DEVICE_ATTRIBUTE_CLOCK_RATE, Driver, DriverError
-
-#: The spin kernel: hold(flag, seq, limit_ns, status). Spins until ``*flag == seq`` or ``limit_ns`` passed on the
-#: GPU's global timer, then writes status[1] = 1 if it ran out (0 if released), status[2..3] = nanoseconds held and
-#: status[0] = seq last (the host reads the status only when status[0] is its sample's number). Generic addressing,
-#: volatile loads: every poll reads host memory anew.
+#: hold(flag, seq, limit_ns, status, go): thread 0 of block 0 spins until ``*flag == seq`` or ``limit_ns`` passed on
+#: the GPU's global timer, sets ``*go = seq``, writes status[1] = 1 if it ran out (0 if released) and status[0] =
+#: seq last; thread 0 of every other block waits for ``*go == seq`` (or its own deadline), sleeping 0.5 us between
+#: looks; every thread then meets its block's barrier and exits. Generic volatile loads: every poll reads anew.
 HOLD_PTX = r"""
 .version 7.0
 .target sm_70
@@ -46,19 +53,29 @@ HOLD_PTX = r"""
 	.param .u64 autotune_hold_flag,
 	.param .u32 autotune_hold_seq,
 	.param .u64 autotune_hold_limit,
-	.param .u64 autotune_hold_status
+	.param .u64 autotune_hold_status,
+	.param .u64 autotune_hold_go
 )
+.maxntid 512, 1, 1
+.maxnreg 32
 {
-	.reg .pred 	%p<3>;
-	.reg .b32 	%r<5>;
-	.reg .b64 	%rd<9>;
+	.reg .pred 	%p<5>;
+	.reg .b32 	%r<7>;
+	.reg .b64 	%rd<10>;
 
 	ld.param.u64 	%rd1, [autotune_hold_flag];
 	ld.param.u32 	%r1, [autotune_hold_seq];
 	ld.param.u64 	%rd2, [autotune_hold_limit];
 	ld.param.u64 	%rd3, [autotune_hold_status];
+	ld.param.u64 	%rd9, [autotune_hold_go];
 	mov.u64 	%rd4, %globaltimer;
 	add.s64 	%rd5, %rd4, %rd2;
+	mov.u32 	%r4, %tid.x;
+	setp.ne.s32 	%p3, %r4, 0;
+	@%p3 bra 	$L_bar;
+	mov.u32 	%r5, %ctaid.x;
+	setp.ne.s32 	%p4, %r5, 0;
+	@%p4 bra 	$L_wait;
 	mov.u32 	%r3, 0;
 $L_spin:
 	ld.volatile.u32 	%r2, [%rd1];
@@ -69,63 +86,66 @@ $L_spin:
 	@%p2 bra 	$L_spin;
 	mov.u32 	%r3, 1;
 $L_done:
-	mov.u64 	%rd7, %globaltimer;
-	sub.s64 	%rd8, %rd7, %rd4;
+	st.volatile.u32 	[%rd9], %r1;
 	st.volatile.u32 	[%rd3+4], %r3;
-	st.volatile.u64 	[%rd3+8], %rd8;
 	membar.sys;
 	st.volatile.u32 	[%rd3], %r1;
 	membar.sys;
+	bra.uni 	$L_bar;
+$L_wait:
+	ld.volatile.u32 	%r6, [%rd9];
+	setp.eq.s32 	%p1, %r6, %r1;
+	@%p1 bra 	$L_bar;
+	mov.u64 	%rd6, %globaltimer;
+	setp.lt.u64 	%p2, %rd6, %rd5;
+	@!%p2 bra 	$L_bar;
+	nanosleep.u32 	500;
+	bra.uni 	$L_wait;
+$L_bar:
+	bar.sync 	0;
 	ret;
 }
 """
 HOLD_KERNEL = "autotune_hold"
-#: the mapped page: the flag at offset 0, the kernel's status at STATUS_OFFSET (seq u32, expired u32, ns u64)
+#: threads of one block of the hold (its PTX says .maxntid 512): a divisor of every GPU's resident threads per SM
+HOLD_THREADS = 512
+#: the mapped page: the flag at offset 0, the kernel's status at STATUS_OFFSET (seq u32, expired u32)
 PAGE_BYTES = 4096
 STATUS_OFFSET = 64
-#: the sleep hold's shortest length, and the multiple of the host's recent enqueue time it covers
-SLEEP_MIN_S = 0.5e-3
-SLEEP_COVER = 2.0
-#: the clock a sleep's cycles are counted at when the driver does not say (an H200's SM clock is ~1.98 GHz)
-DEFAULT_CLOCK_HZ = 2.0e9
+#: the device word the blocks wait on
+GO_BYTES = 256
 
 
 class HoldFailed(RuntimeError):
     """The hold could not be queued (the sample goes on without it)."""
 
 
-class Outcome(NamedTuple):
-    """What the GPU reports about one hold, read after the sample's synchronisation: whether it ran out before the
-    host released it (``None``: not known) and how long it held, by the GPU's clock (``None``: not known)."""
-
-    expired: Optional[bool]
-    held_s: Optional[float]
-
-
 class SpinHold:
-    """nvbench's blocking kernel with a deadline: see the module docstring. One per sandbox, set up before the
-    tamper snapshot; the page is never handed to anything but the kernel."""
+    """The hold: see the module docstring. One per sandbox, set up before the tamper snapshot; its page and its
+    device word are never handed to anything but the kernel."""
 
     name = "spin"
 
-    def __init__(self, drv: Driver, limit_s: float) -> None:
+    def __init__(self, drv: Driver, limit_s: float, blocks: int) -> None:
         self._drv = drv
         self.limit_ns = int(limit_s * 1e9)
+        self.blocks = blocks
         self.module, self.function = drv.load_function(HOLD_PTX, HOLD_KERNEL)
+        self.go = drv.device_alloc(GO_BYTES)
         self.host, self.dev = drv.host_alloc(PAGE_BYTES)
         ctypes.memset(self.host, 0, PAGE_BYTES)
         self._seq = 0
 
     def fingerprint(self) -> tuple:
         """What must not change while a candidate is loaded (compared by value in the tamper snapshot)."""
-        return (self.name, self.limit_ns, self.module, self.function, self.host, self.dev)
+        return (self.name, self.limit_ns, self.blocks, self.module, self.function, self.host, self.dev, self.go)
 
     def begin(self, stream: int) -> int:
         """Queue the hold on ``stream``; returns the sample's number, which releases it."""
         self._seq = self._seq % 0x7FFFFFFF + 1
         args = [ctypes.c_uint64(self.dev), ctypes.c_uint32(self._seq), ctypes.c_uint64(self.limit_ns),
-                ctypes.c_uint64(self.dev + STATUS_OFFSET)]
-        rc = self._drv.launch(self.function, stream, args)
+                ctypes.c_uint64(self.dev + STATUS_OFFSET), ctypes.c_uint64(self.go)]
+        rc = self._drv.launch(self.function, stream, args, self.blocks, HOLD_THREADS)
         if rc != 0:
             raise HoldFailed(f"cuLaunchKernel of the hold failed with CUresult {rc}")
         return self._seq
@@ -133,72 +153,29 @@ class SpinHold:
     def release(self, token: int) -> None:
         ctypes.c_uint32.from_address(self.host).value = token
 
-    def outcome(self, token: int, enqueue_s: float, gpu_held_s: Optional[float]) -> Outcome:
+    def expired(self, token: int) -> Optional[bool]:
+        """After the sample's synchronisation: did the hold run out before the host released it? ``None`` if the
+        kernel did not report this sample."""
         status = (ctypes.c_uint32 * 2).from_address(self.host + STATUS_OFFSET)
-        if status[0] != token:  # the kernel has not reported this sample (it did not run)
-            return Outcome(None, gpu_held_s)
-        held_ns = ctypes.c_uint64.from_address(self.host + STATUS_OFFSET + 8).value
-        return Outcome(bool(status[1]), held_ns * 1e-9)
-
-    def observe(self, enqueue_s: float) -> None:
-        return None
-
-    def close(self) -> None:
-        self._drv.host_free(self.host)
+        return bool(status[1]) if status[0] == token else None
 
 
-class SleepHold:
-    """A delay kernel (``torch.cuda._sleep``) long enough for the host by a guess: see the module docstring."""
-
-    name = "sleep"
-
-    def __init__(self, clock_hz: float, limit_s: float) -> None:
-        self.clock_hz = clock_hz
-        self.limit_s = limit_s
-        self.recent: list[float] = []
-        self.length_s = min(SLEEP_MIN_S, limit_s)
-
-    def fingerprint(self) -> tuple:
-        return (self.name, self.clock_hz, self.limit_s)
-
-    def begin(self, stream: int) -> int:
-        try:
-            torch.cuda._sleep(int(self.length_s * self.clock_hz))
-        except (AttributeError, RuntimeError) as e:
-            raise HoldFailed(f"torch.cuda._sleep: {e}") from None
-        return 0
-
-    def release(self, token: int) -> None:
-        return None
-
-    def outcome(self, token: int, enqueue_s: float, gpu_held_s: Optional[float]) -> Outcome:
-        # the host was not done when the delay ended: the GPU waited for launches inside the timed region
-        return Outcome(None if gpu_held_s is None else enqueue_s > gpu_held_s, gpu_held_s)
-
-    def observe(self, enqueue_s: float) -> None:
-        self.recent = (self.recent + [enqueue_s])[-8:]
-        self.length_s = min(self.limit_s, max(SLEEP_MIN_S, SLEEP_COVER * max(self.recent)))
-
-    def close(self) -> None:
-        return None
+def hold_blocks(drv: Driver, index: int) -> int:
+    """Blocks of HOLD_THREADS that fill every SM of device ``index``: SMs x resident threads per SM / HOLD_THREADS."""
+    sms = drv.device_attribute(index, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) or 0
+    per_sm = drv.device_attribute(index, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR) or 0
+    if sms <= 0 or per_sm < HOLD_THREADS:
+        raise DriverError(f"the device reports {sms} SMs of {per_sm} resident threads: the hold cannot fill it")
+    return sms * (per_sm // HOLD_THREADS)
 
 
 def make_hold(setting: str, drv: Optional[Driver], index: int, limit_s: float) -> tuple[Any, str]:
-    """The hold ``setting`` asks for, or the fallback this machine allows: (hold or None, why it is not the one
-    asked for -- "" when it is)."""
+    """The hold ``setting`` asks for: (hold, "") or, where this machine cannot set it up, (None, why)."""
     if setting == "off":
         return None, ""
-    why = ""
-    if setting == "spin":
-        if drv is None or not drv.ok:
-            why = f"no driver API ({drv.error if drv is not None else 'none'})"
-        else:
-            try:
-                return SpinHold(drv, limit_s), ""
-            except DriverError as e:
-                why = str(e)[:500]
-    if not hasattr(torch.cuda, "_sleep"):
-        return None, (f"spin kernel unavailable: {why}; " if why else "") + "torch.cuda._sleep missing: no hold"
-    rate_khz = drv.device_attribute(index, CU_DEVICE_ATTRIBUTE_CLOCK_RATE) if drv is not None and drv.ok else None
-    hold = SleepHold(float(rate_khz) * 1e3 if rate_khz else DEFAULT_CLOCK_HZ, limit_s)
-    return hold, (f"spin kernel unavailable ({why}): sleep instead" if why else "")
+    if drv is None or not drv.ok:
+        return None, f"no hold: no driver API ({drv.error if drv is not None else 'none'})"
+    try:
+        return SpinHold(drv, limit_s, hold_blocks(drv, index)), ""
+    except DriverError as e:
+        return None, f"no hold: {str(e)[:500]}"

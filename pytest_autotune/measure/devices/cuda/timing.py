@@ -7,10 +7,10 @@ One sample (``timed``), in order, all of it inside ``host_seconds``:
    stream's access-policy window cleared), then write a buffer of ``l2_flush_factor`` x the L2 size, and wait
    for it (a device-wide synchronisation, so nothing of the flush overlaps the timed region);
 3. the hold (``[devices.cuda].head_start``, :mod:`.head_start`): queued on the stream, so the GPU waits while
-   the host enqueues the rest (graph mode without a hold: a short GPU spin, the pre-roll, hides the replay's
-   launch);
-4. start event, the ``k`` calls (eager) or one replay of the graph that holds the ``k`` calls, end event -- the
-   host's clock around these launches is the sample's enqueue time; then the hold is released;
+   the host gets to its first kernel (graph mode without a hold: a short GPU spin, the pre-roll, hides the
+   replay's launch);
+4. start event, the first call (eager) or the replay of the graph that holds the ``k`` calls, the hold's release,
+   the other calls, end event -- the host's clock around these launches is the sample's enqueue time;
 5. graph mode only: copy the outputs out of the graph's memory (these copies are the sample's outputs, the
    ones the controller fingerprints) and overwrite the graph-owned outputs (NaN / 0), so the next replay
    cannot clobber what is kept and no answer is left lying in graph memory for the other arm to find;
@@ -113,16 +113,18 @@ class CudaTiming(HeadStart):
         ticket = self._hold_begin()
         start.record()
         e0 = clock()
-        for i, b in enumerate(batches):
-            outs[i] = fn(*b)
+        outs[0] = fn(*batches[0])
+        er = clock()
+        self._hold_release(ticket)  # the first call's launches are queued: the GPU may start
+        for i in range(1, len(batches)):
+            outs[i] = fn(*batches[i])
         end.record()
         e1 = clock()
-        self._hold_release(ticket)
         torch.cuda.synchronize(self.index)  # device-wide: side streams included
         h1 = clock()
         self._counts["eager_samples"] += 1
         return self._held_sample(start.elapsed_time(end) * 1e-3, (e1 - e0) * 1e-9, (h1 - h0) * 1e-9, outs,
-                                 ticket, start)
+                                 ticket, start, (er - e0) * 1e-9)
 
     def _timed_graph(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> Sample:
         key = signature(batches)
@@ -147,9 +149,9 @@ class CudaTiming(HeadStart):
         outer0.record()
         e0 = clock()
         entry.graph.replay()
+        self._hold_release(ticket)
         outer1.record()
         e1 = clock()
-        self._hold_release(ticket)
         outs = [copy_tree(o) for o in entry.outputs]
         poison(entry.outputs)
         torch.cuda.synchronize(self.index)
@@ -164,7 +166,7 @@ class CudaTiming(HeadStart):
                 self._counts["inner_event_samples"] += 1
         entry.replays += 1
         self._counts["graph_samples"] += 1
-        return self._held_sample(seconds, (e1 - e0) * 1e-9, (h1 - h0) * 1e-9, outs, ticket, outer0)
+        return self._held_sample(seconds, (e1 - e0) * 1e-9, (h1 - h0) * 1e-9, outs, ticket, outer0, (e1 - e0) * 1e-9)
 
     # ------------------------------------------------------------------------------------------ graphs
     def _capture(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]], key: tuple,

@@ -278,6 +278,18 @@ def test_work_on_a_side_stream_during_the_hold_is_caught_or_gains_nothing(sim, s
     assert _gate(base, [a.timed(honest, [[0]] * 3) for _ in range(16)]) is None  # honest against honest passes
 
 
+def test_an_honest_compiled_arm_passes_the_device_clock_gate(sim):
+    """The first call's host path (guards, launcher: 240 us + 60 us here) is host time beyond the events now; it is
+    one call's, so a compiled candidate against an eager baseline stays inside the gate's allowance."""
+    a, b = device(sim), device(sim)
+    eager = arm(sim, host_s=10 * US, gpu_s=1900 * US, label="eager")
+    compiled = arm(sim, host_s=60 * US, gpu_s=1000 * US, first_extra_s=240 * US, label="compiled")
+    base = [a.timed(eager, [[0]] * 2) for _ in range(16)]
+    cand = [b.timed(compiled, [[0]] * 4) for _ in range(16)]
+    assert cand[-1].first_call_seconds == pytest.approx(300 * US, abs=1 * US)
+    assert _gate(base, cand) is None
+
+
 def test_a_hold_of_one_thread_would_let_that_work_through(sim):
     """Why the hold fills the SMs: with nvbench's one-thread kernel the same cheat's stream runs beside the hold
     (1.20x at half its work waited for, and the gate passes it: within event_host_max_ratio)."""

@@ -113,7 +113,8 @@ class CudaTiming(HeadStart):
         ticket = self._hold_begin()
         start.record()
         e0 = clock()
-        outs[0] = fn(*batches[0])
+        for i, b in enumerate(batches[:1]):
+            outs[i] = fn(*b)
         er = clock()
         self._hold_release(ticket)  # the first call's launches are queued: the GPU may start
         for i in range(1, len(batches)):

@@ -123,7 +123,7 @@ class HeadStart:
         pre.record()
         try:
             token = self._hold.begin(torch.cuda.current_stream(self.index).cuda_stream)
-        except HoldFailed as e:
+        except (HoldFailed, OSError, ValueError, TypeError) as e:
             self._counts["hold_failures"] += 1
             self._stop_holding(f"{e}: the rest of this sandbox's samples are timed without a hold")
             return None

@@ -177,5 +177,5 @@ def make_hold(setting: str, drv: Optional[Driver], index: int, limit_s: float) -
         return None, f"no hold: no driver API ({drv.error if drv is not None else 'none'})"
     try:
         return SpinHold(drv, limit_s, hold_blocks(drv, index)), ""
-    except DriverError as e:
-        return None, f"no hold: {str(e)[:500]}"
+    except (DriverError, OSError, ValueError, TypeError, ctypes.ArgumentError) as e:  # never a device that won't start
+        return None, f"no hold: {type(e).__name__}: {str(e)[:500]}"

@@ -49,7 +49,7 @@ for spec in "$@"; do
       RUN_TIMEOUT=$(( budget - 60 > 120 ? budget - 60 : 120 )) timeout -k 10 "$budget" \
         bash benchmarks/harness/gpu/run_h200.sh full "$dir" >/dev/null 2>&1 ;;
     anchors)
-      PROBE="$RESULTS/headstart/headstart.json" ANCHORS_TIMEOUT="${ANCHORS_TIMEOUT:-$(( budget * 7 / 10 ))}" \
+      PROBE="${PROBE:-$RESULTS/headstart/headstart.json}" ANCHORS_TIMEOUT="${ANCHORS_TIMEOUT:-$(( budget * 7 / 10 ))}" \
         OUTSIDE_TIMEOUT="${OUTSIDE_TIMEOUT:-$(( budget * 25 / 100 ))}" \
         timeout -k 10 "$budget" bash benchmarks/harness/gpu/anchors_h200.sh "$dir" >/dev/null 2>&1 ;;
     kb20)

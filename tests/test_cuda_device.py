@@ -323,17 +323,17 @@ def test_a_call_that_synchronises_inside_the_hold_does_not_hang(held):
         first = held.timed(m, x)
         held.timed(m, x)
         third = held.timed(m, x)
-    assert first.hold_expired is True and first.enqueue_seconds >= 0.003
+    assert first.hold_expired is True and first.enqueue_seconds >= 0.0029  # the deadline counts from the kernel's start
     assert third.head_start == "off" and "ran out" in held.timing_info()["head_start_reason"]
 
 
 @needs_cuda
 def test_a_launch_bound_call_is_timed_by_its_host(held):
-    """500 launches of a tiny kernel a call: the host's enqueue is longer than the GPU's work, and the sample says
-    so (bound "host": its time is the enqueue time)."""
+    """300 launches of a tiny kernel a call (~1.5 ms of host, inside the 3 ms hold): the host's enqueue is longer
+    than the GPU's work, and the sample says so (bound "host": its time is the enqueue time)."""
     class Loop(torch.nn.Module):
         def forward(self, x):
-            for _ in range(500):
+            for _ in range(300):
                 x = x + 1.0
             return x
 

@@ -305,8 +305,8 @@ def test_the_spin_hold_runs_and_is_released_by_the_host(held):
     for b, o in zip(batches, s.outputs):
         assert torch.equal(o, torch.relu(b[0]) * 2.0 + 1.0)
     info = held.timing_info()
-    print(f"enqueue {info['enqueue_s_median'] * 1e6:.1f} us, hold {info['hold_s_median'] * 1e6:.1f} us, "
-          f"release lag {info['release_lag_s_median'] * 1e6:.1f} us, event {s.event_seconds * 1e6:.1f} us")
+    print({k: info[k] for k in ("first_call_s_median", "enqueue_s_median", "hold_s_median", "release_lag_s_median")},
+          f"event {s.event_seconds * 1e6:.1f} us")
 
 
 @needs_cuda

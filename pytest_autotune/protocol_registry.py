@@ -43,10 +43,14 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     "8": "822298aa02a998f082bc2f66498b40216e30e774d8ef9b929a124979b53e7a3e",
     # 9: the sample's shape is the protocol's. k from the baseline's calibration alone, every calibration call on a
     # fresh input set, re-checked against the baseline's timed calls ([timing].k_recheck_ratio: new, optional);
-    # at least 8 calls a sample ([timing].min_calls_per_sample: new, optional); on the CPU the heap is never given
-    # back within a sandbox ([sandbox].malloc = "steady") and the last-level cache is flushed once a round's inputs
-    # are built ([devices.cpu].llc_flush_factor: new, optional). docs/architecture.md, "The sample's shape"
-    "9": "d08308ce1c58c00325cbc23da04300305af6852d2caead6d00b142409039a81a",
+    # at least 8 calls a sample on the CPU ([timing].min_calls_per_sample: new, optional); on the CPU the heap is
+    # never given back within a sandbox ([sandbox].malloc = "steady") and the last-level cache is flushed once a
+    # round's inputs are built ([devices.cpu].llc_flush_factor: new, optional). docs/architecture.md, "The sample's
+    # shape". On CUDA ([devices.cuda].head_start = "spin", head_start_max_s = 0.003: new, optional keys) every
+    # sample's stream is held behind the L2 flush until the host has enqueued its first call, the start event
+    # behind the hold, and a sample's time is max(event time, host enqueue time) (measure/devices/cuda/head_start.py;
+    # docs/architecture.md, "The CUDA sample").
+    "9": "6e9822f6a43a44444fb630a0debb0902b87350ea8b64eea91657afc6d3c6a4c7",
 }
 
 

@@ -143,6 +143,9 @@ class CudaSection:
     ci_target_rel_width: float = _f(gt=0.0)
     # optional (protocols 1-4 have no such key and meant [timing].process_pairs on every device)
     process_pairs: Optional[int] = _f(default=None, ge=1)
+    # optional (protocols 1-8: "off", no hold, a sample's time its event time); measure/devices/cuda/head_start.py
+    head_start: str = _f(default="off", choices=("off", "spin"))
+    head_start_max_s: float = _f(default=0.003, gt=0.0, le=0.1)
 
 
 @dataclass(frozen=True)

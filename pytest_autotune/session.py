@@ -163,6 +163,7 @@ class AutotuneSession:
         if self.opts.device == "cuda":
             c = self.protocol.devices.cuda
             return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s,
+                    "head_start": c.head_start, "head_start_max_s": c.head_start_max_s,
                     "process_overhead_bytes": self.protocol.memory.process_overhead_mb << 20, **memory}
         if self.opts.device == "cpu":
             cpu = self.protocol.devices.cpu

@@ -16,6 +16,8 @@ from pytest_autotune.measure.devices.cuda import CudaDevice
 from pytest_autotune.measure.devices.cuda import device as device_mod
 from pytest_autotune.measure.devices.cuda import fingerprint as fingerprint_mod
 from pytest_autotune.measure.devices.cuda import graphs as graphs_mod
+from pytest_autotune.measure.devices.cuda import head_start as head_start_mod
+from pytest_autotune.measure.devices.cuda import hold as hold_mod
 from pytest_autotune.measure.devices.cuda import timing as timing_mod
 from pytest_autotune.sandbox.tamper import TamperSnapshot
 
@@ -83,7 +85,7 @@ def test_copy_tree_and_poison():
 def test_module_state_is_not_mutated_by_the_device():
     """The sandbox snapshots this module's globals and classes (tamper check): the device keeps its state on
     the instance, never in module globals."""
-    mods = (cuda_mod, graphs_mod, device_mod, timing_mod, fingerprint_mod)
+    mods = (cuda_mod, graphs_mod, device_mod, timing_mod, fingerprint_mod, head_start_mod, hold_mod)
     before = [{k: v for k, v in vars(m).items() if not k.startswith("__")} for m in mods]
     dev = CudaDevice(options={"graph_below_s": 1e-5})
     dev.timing_info()
@@ -277,6 +279,89 @@ def test_side_stream_work_shows_in_host_time_not_event_time(dev):
     assert honest.seconds > 0.5 * honest.host_seconds - 200e-6, (honest.seconds, honest.host_seconds)
     assert cheat.seconds < 0.2 * cheat.host_seconds, (cheat.seconds, cheat.host_seconds)
     assert cheat.host_seconds > 0.5 * honest.seconds
+
+
+@pytest.fixture
+def held():
+    d = CudaDevice(index=0, options={"l2_flush_factor": 2, "graph_below_s": 10e-6, "head_start": "spin",
+                                     "head_start_max_s": 0.003})
+    d.setup(1)
+    d.warm_runtime()
+    return d
+
+
+@needs_cuda
+def test_the_spin_hold_runs_and_is_released_by_the_host(held):
+    """On the GPU: the PTX loads, the kernel holds the stream until the host's release (not its deadline), and the
+    sample times the calls alone."""
+    info = held.timing_info()
+    assert info["head_start"] == "spin", info["head_start_reason"]
+    m = _Small().cuda()
+    batches = [[torch.randn(1 << 22).cuda()] for _ in range(4)]
+    with torch.no_grad():
+        s = [held.timed(m, batches) for _ in range(3)][-1]
+    assert s.head_start == "spin" and s.hold_expired is False and s.bound == "device", s
+    assert s.hold_seconds is not None and s.hold_seconds < 0.003
+    for b, o in zip(batches, s.outputs):
+        assert torch.equal(o, torch.relu(b[0]) * 2.0 + 1.0)
+    info = held.timing_info()
+    print({k: info[k] for k in ("first_call_s_median", "enqueue_s_median", "hold_s_median", "release_lag_s_median")},
+          f"event {s.event_seconds * 1e6:.1f} us")
+
+
+@needs_cuda
+def test_a_call_that_synchronises_inside_the_hold_does_not_hang(held):
+    class Syncs(torch.nn.Module):
+        def forward(self, x):
+            y = torch.relu(x)
+            torch.cuda.synchronize()
+            return y
+
+    m = Syncs().cuda()
+    x = [[torch.randn(1 << 20).cuda()] for _ in range(2)]
+    with torch.no_grad():
+        first = held.timed(m, x)
+        held.timed(m, x)
+        third = held.timed(m, x)
+    assert first.hold_expired is True and first.enqueue_seconds >= 0.0029  # the deadline counts from the kernel's start
+    assert third.head_start == "off" and "ran out" in held.timing_info()["head_start_reason"]
+
+
+@needs_cuda
+def test_a_launch_bound_call_is_timed_by_its_host(held):
+    """300 launches of a tiny kernel a call (~1.5 ms of host, inside the 3 ms hold): the host's enqueue is longer
+    than the GPU's work, and the sample says so (bound "host": its time is the enqueue time)."""
+    class Loop(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(300):
+                x = x + 1.0
+            return x
+
+    m = Loop().cuda()
+    x = [[torch.zeros(256).cuda()]]
+    with torch.no_grad():
+        s = [held.timed(m, x) for _ in range(3)][-1]
+    assert s.bound == "host" and s.seconds == s.enqueue_seconds > s.event_seconds, s
+
+
+@needs_cuda
+def test_side_stream_work_during_the_hold_shows_in_host_time(held):
+    a = torch.randn(4096, 4096).cuda()
+
+    class SideStream(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.s = torch.cuda.Stream()
+
+        def forward(self, x):
+            with torch.cuda.stream(self.s):  # not held, not joined: it runs while the timed stream waits
+                y = x @ a
+            return y
+
+    x = [[torch.randn(4096, 4096).cuda()] for _ in range(2)]
+    with torch.no_grad():
+        cheat = [held._timed_eager(SideStream(), x) for _ in range(3)][-1]
+    assert cheat.seconds < 0.2 * cheat.host_seconds, (cheat.seconds, cheat.host_seconds)
 
 
 @needs_cuda

@@ -1,20 +1,25 @@
-"""Where the anchors' ratios and triton's ``do_bench`` differ, per arm and per sample (issue 25, docs/anchors.md).
+"""Where the anchors' ratios and triton's ``do_bench`` differ, per arm and per sample (docs/anchors.md), and where the
+head start's time went (docs/results-h200.md, "The head start").
 
     python3 benchmarks/harness/gpu/anchor_gap.py --pair REPORT.json OUTSIDE.json [--pair ...] [--synced SYNCED.json]
-                                                 [--constant-us 240] [--json OUT.json]
+                                                 [--probe HEADSTART.json] [--constant-us 240] [--json OUT.json]
 
 ``REPORT.json``: an anchors run's pytest report (``anchors_h200.sh``: ``anchors.json``), read for each anchor's
-seconds per call in our samples (``baseline_s``, ``candidate_s``) and its calls per sample ``k``
-(``details.timing.calls_per_sample``). ``OUTSIDE.json``: ``outside_timers.py dobench`` of the same session
-(``outside.json``): ``do_bench``'s seconds per call for each arm. A later ``--pair`` replaces an earlier one's
-anchor. ``--synced``: an ``outside_timers.py dobench --synced`` file (any session): the same timer with the host
-waiting for the L2 flush before it launches, i.e. every call launched onto an idle GPU, as the first call of our
-sample is.
+seconds per call in our samples (``baseline_s``, ``candidate_s``), its calls per sample ``k``
+(``details.timing.calls_per_sample``) and, under a protocol with a head start, each arm's ``timing_info``
+(``details.timing.mode.sandboxes``: the hold that ran, the first call's host time, the hold's GPU time, expiries).
+``OUTSIDE.json``: ``outside_timers.py dobench`` of the same run (``outside.json``): ``do_bench``'s seconds per call
+for each arm. A later ``--pair`` replaces an earlier one's anchor. ``--synced``: an ``outside_timers.py dobench
+--synced`` file: the same timer with the host waiting for the L2 flush before it launches, i.e. every call launched
+onto an idle GPU. ``--probe``: ``head_start_probe.py``'s JSON (the same modules in one process, no sandbox).
 
 Per anchor and arm it prints our extra time per *sample* over ``do_bench``, ``(ours - do_bench) * k``: a cost that
 is fixed per sample shows as the same number whatever the call's length and ``k``; a slower kernel would grow with
 both. Then the ratio predicted if the candidate's samples carried ``--constant-us`` microseconds less, against
-``do_bench``'s. No GPU needed: it reads the committed files (docs/data/).
+``do_bench``'s (the correction the head start makes unnecessary: with it, compare the measured column). With
+head-start data, a second table: per arm, the first call's host time in the sandbox against the probe's outside
+it (a sandbox's cold host path shows as the difference, now off the clock), the hold's GPU time and release lag,
+and the probe's gap between the release and the first kernel. No GPU needed: it reads the files.
 """
 
 from __future__ import annotations
@@ -61,14 +66,42 @@ def gap_table(pairs: list[tuple[str, str]], synced: str | None, constant_s: floa
             "synced_cand_extra_per_call_s": (s_cand - db_cand) if s_cand else None,
             "synced_base_extra_per_call_s": (s_base - db_base) if s_base else None,
             "predicted": predicted, "predicted_vs_dobench": predicted / row["dobench"] - 1,
+            "head_start": _head_start(it),
         })
     return out
+
+
+def _head_start(item: dict) -> dict:
+    """Each arm's head-start facts from its sandbox's timing_info ({} under a protocol without a head start)."""
+    boxes = (((item.get("details") or {}).get("timing") or {}).get("mode") or {}).get("sandboxes") or {}
+    keys = ("head_start", "head_start_reason", "first_call_s_median", "enqueue_s_median", "hold_s_median",
+            "release_lag_s_median", "hold_expiries", "host_bound_samples", "held_samples")
+    return {arm: {k: info.get(k) for k in keys} for arm, info in boxes.items() if info.get("head_start_setting")}
+
+
+def where_it_went(rows: list, probe: dict) -> list[str]:
+    us = lambda s: "-" if s is None else f"{s * 1e6:.0f}"  # noqa: E731
+    lines = ["| anchor | arm | hold | first call's host, sandbox (µs) | first call's host, outside (µs) | hold, GPU "
+             "(µs) | release lag (µs) | gap after release, outside (µs) | expiries | host-bound samples |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pr = (probe.get("pairs") or {}).get(r["problem"]) or {}
+        for arm, side in (("A", "base"), ("B", "cand")):
+            hs = r["head_start"].get(arm) or {}
+            spin = (pr.get(side) or {}).get("spin") or {}
+            lines.append(f"| {r['problem']} | {'eager' if arm == 'A' else 'compiled'} | {hs.get('head_start', '-')} | "
+                         f"{us(hs.get('first_call_s_median'))} | {us(spin.get('first_call_seconds'))} | "
+                         f"{us(hs.get('hold_s_median'))} | {us(hs.get('release_lag_s_median'))} | "
+                         f"{us((spin.get('split') or {}).get('first_call_gap_s'))} | {hs.get('hold_expiries', '-')} | "
+                         f"{hs.get('host_bound_samples', '-')} |")
+    return lines
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", nargs=2, action="append", required=True, metavar=("REPORT", "OUTSIDE"))
     ap.add_argument("--synced")
+    ap.add_argument("--probe", help="head_start_probe.py's JSON")
     ap.add_argument("--constant-us", type=float, default=240.0)
     ap.add_argument("--json")
     args = ap.parse_args(argv)
@@ -86,8 +119,12 @@ def main(argv: list[str]) -> int:
     if cand:
         print(f"compiled arm's extra per sample: median {statistics.median(cand) * 1e6:.0f} µs, range "
               f"{min(cand) * 1e6:.0f}-{max(cand) * 1e6:.0f} µs over {len(cand)} anchors; within 3% of do_bench: "
-              f"{sum(abs(r['ours_vs_dobench']) <= 0.03 for r in rows)} as measured, "
+              f"{sum(abs(r['ours_vs_dobench']) <= 0.03 for r in rows)} of {len(rows)} as measured (no correction), "
               f"{sum(abs(r['predicted_vs_dobench']) <= 0.03 for r in rows)} with the constant taken out")
+    probe = json.loads(Path(args.probe).read_text()) if args.probe and Path(args.probe).is_file() else {}
+    if any(r["head_start"] for r in rows) or probe:
+        print()
+        print("\n".join(where_it_went(rows, probe)))
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

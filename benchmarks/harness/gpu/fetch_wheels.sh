@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every wheel the GPU host lacks, into .whl/ (issue 27): run it here, where pip reaches PyPI, then carry .whl/ to the
-# GPU host (the device tool's `carry: [".whl"]`); run_h200.sh and anchors_h200.sh install them from there.
+# Every wheel the GPU host lacks, into .whl/: run it where pip reaches PyPI, then copy `.whl/` to the GPU host with
+# the repository; run_h200.sh and anchors_h200.sh install them from there.
 #
 #   bash benchmarks/harness/gpu/fetch_wheels.sh
 #

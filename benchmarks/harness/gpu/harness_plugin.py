@@ -3,7 +3,9 @@
 - ``AUTOTUNE_PARTIAL=FILE``: append each finished item's outcome (the JSON report's item record) to FILE as
   one JSON line, so a run that is cut short (timeout) still leaves what it measured;
 - ``AUTOTUNE_SKIP_DONE="FILE [FILE ...]"``: deselect the items those partial JSONL files already hold (a later
-  device call goes on where an earlier one stopped: kb_level1.py, run_h200.sh kb-l1);
+  run goes on where an earlier one stopped: kb_level1.py, run_h200.sh kb-l1);
+- ``AUTOTUNE_ONLY_PROBLEMS="STEM [STEM ...]"``: keep only the items of those problem files (by file stem, exactly:
+  ``-k`` would match ``9_...`` inside ``19_...``): run_h200.sh kb20;
 - ``XDIST_PROBE_DIR=DIR``: at the end of the session each process (xdist worker or controller) writes which GPU
   it measured on, to check that worker gwN used GPU N mod count (pytest_autotune/session.py).
 """
@@ -43,6 +45,13 @@ _CONFIG: dict = {}
 
 
 def pytest_collection_modifyitems(session, config, items):
+    only = set(os.environ.get("AUTOTUNE_ONLY_PROBLEMS", "").split())
+    if only:
+        out = [i for i in items if Path(i.nodeid.split("::", 1)[0]).stem not in only]
+        if out:
+            config.hook.pytest_deselected(items=out)
+            items[:] = [i for i in items if i not in out]
+        print(f"harness_plugin: {len(items)} item(s) of {len(only)} chosen problem(s) kept, {len(out)} deselected")
     files = os.environ.get("AUTOTUNE_SKIP_DONE", "").split()
     done = set()
     for f in files:

@@ -18,7 +18,7 @@ Columns: ``compute`` (a kernel in the jailed child) and ``init s`` (its CUDA sta
 ``nvml`` (NVML lists the child under its host pid: what the helper watch relies on). ``-`` = not run, ``WRONG`` =
 it ran and read other values than written (the diagnostics below the table say which), ``FAIL`` = an error.
 
-History: until issue 27 every IPC column read WRONG on every row, the row without a jail included: the check
+History: until bf1fcc5 (2026-12-02) every IPC column read WRONG on every row, the row without a jail included: the check
 expected 2x the sum of ``arange(N) * k`` (it compared with ``k * N * (N - 1)``, not ``k * N * (N - 1) / 2``) and
 summed in float32. The sums are now exact (float64) and compared with ``k * N * (N - 1) / 2``.
 """

@@ -1,11 +1,11 @@
 """What this host gives the sandbox jail, and whether a GPU run here would be measured under a weaker jail than the
-protocol asks (issue 27). Two uses:
+protocol asks. Two uses:
 
     python3 benchmarks/harness/gpu/jail_facts.py [--json OUT]  # the host's facts and the harness's plan, as JSON
     python3 benchmarks/harness/gpu/jail_facts.py --gate [--json OUT]  # run_h200.sh / anchors_h200.sh, first
 
 ``--gate`` exits 4 when the run is not staged as the repository says (seccomp bindings or sqlite-utils missing:
-run benchmarks/harness/gpu/fetch_wheels.sh where pip works and carry .whl/), 3 when the jail the harness would use
+run benchmarks/harness/gpu/fetch_wheels.sh where pip works and copy .whl/ to the GPU host), 3 when the jail the harness would use
 on CUDA is not full (the warning names each missing part), 0 when it is full. jail_check.py prints the same facts.
 """
 
@@ -107,7 +107,7 @@ def main() -> int:
         print("=" * 100)
         print("REFUSED: this run is not staged as the repository says: " + "; ".join(f"{k}: {v}" for k, v in
                                                                             staged.items()))
-        print("Fix: where pip works, run `bash benchmarks/harness/gpu/fetch_wheels.sh` and carry .whl/ here.")
+        print("Fix: where pip works, run `bash benchmarks/harness/gpu/fetch_wheels.sh` and copy .whl/ here.")
         print("=" * 100)
         return 4
     if plan["level"] != "full":

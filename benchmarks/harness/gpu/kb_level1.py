@@ -1,21 +1,24 @@
-"""KernelBench's whole Level 1 at its published sizes, each problem against itself (A/A), on a GPU (issue 25).
+"""KernelBench's Level 1 at its published sizes, each problem against itself (A/A), on a GPU.
 
     python3 benchmarks/harness/gpu/kb_level1.py stage --kernelbench PATH [--out .kb-level1]
     python3 benchmarks/harness/gpu/kb_level1.py plan [--dir .kb-level1] --capacity 80GiB [--capacity 141GiB]
+    python3 benchmarks/harness/gpu/kb_level1.py choose --seed N [--count 20] [--dir .kb-level1] [--json OUT.json]
     python3 benchmarks/harness/gpu/kb_level1.py summarize PARTIAL.jsonl [...] [--md OUT.md] [--json OUT.json]
 
 ``stage``: copies the 100 problem files of a KernelBench checkout (``KernelBench/level1/*.py``), byte for byte, into
-a folder git ignores, with ``MANIFEST.json`` (the checkout's commit, each file's sha256). The folder travels to the
-GPU host with the device call (``carry``); nothing of KernelBench is committed here.
+a folder git ignores, with ``MANIFEST.json`` (the checkout's commit, each file's sha256). Copy the folder to the GPU
+host with the repository; nothing of KernelBench is committed here.
 ``plan``: the memory plan every problem gets at its published sizes on a device of each ``--capacity`` (shapes from
 the meta device, the reference's workspace taken as 0, one process's overhead and the headroom from protocol.toml):
 which fit, in how many input groups, with which probe layouts -- before any GPU time is spent.
-``summarize``: the A/A items of one or more partial JSONL files (``run_h200.sh kb-l1`` writes them): how many ran,
-were accepted, CIs containing 1.0, median |1 - ratio|, out-of-memory anywhere.
+``choose``: ``--count`` of the staged problems drawn with ``random.Random(seed)`` (sorted by number), printed with the
+seed, one stem a line after a header line; ``run_h200.sh kb20`` measures them and keeps the seed in its report.
+``summarize``: the A/A items of one or more partial JSONL files (``run_h200.sh kb-l1`` / ``kb20`` write them): how
+many ran, were accepted, CIs containing 1.0, median |1 - ratio|, out-of-memory anywhere.
 
-The A/A run itself is ``bash benchmarks/harness/gpu/run_h200.sh kb-l1`` (see there): ``pytest --autotune
+The A/A run itself is ``bash benchmarks/harness/gpu/run_h200.sh kb-l1 OUT_DIR`` (see there): ``pytest --autotune
 --autotune-aa --device=cuda --problems=.kb-level1 -k reference-aa``, each finished item appended to
-``$OUT/kb-l1.partial.jsonl``; a later call given the earlier files (``KB_DONE``) skips the items they hold.
+``OUT_DIR/kb-l1.partial.jsonl``; a later run given the earlier files (``KB_DONE``) skips the items they hold.
 """
 
 from __future__ import annotations
@@ -103,6 +106,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def choose(stems: list[str], seed: int, count: int) -> list[str]:
+    """``count`` of ``stems`` drawn by ``seed``, in problem-number order."""
+    import random
+
+    picked = random.Random(seed).sample(sorted(stems), min(count, len(stems)))
+    return sorted(picked, key=lambda s: int(s.split("_", 1)[0]))
+
+
+def cmd_choose(args: argparse.Namespace) -> int:
+    stems = [f.stem for f in Path(args.dir).glob("*.py")]
+    if not stems:
+        print(f"kb_level1: no problem files in {args.dir}: stage them first (kb_level1.py stage)", file=sys.stderr)
+        return 2
+    picked = choose(stems, args.seed, args.count)
+    print(f"seed {args.seed}: {len(picked)} of {len(stems)} problems")
+    print("\n".join(picked))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"seed": args.seed, "count": args.count, "of": len(stems),
+                                               "problems": picked}, indent=1) + "\n")
+    return 0
+
+
 def load_items(paths: list[str]) -> list[dict]:
     items: dict[str, dict] = {}
     for p in paths:
@@ -170,12 +195,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--dir", default=".kb-level1")
     p.add_argument("--capacity", action="append", required=True, help="a device memory size, e.g. 80GiB (repeat)")
     p.add_argument("--json")
+    c = sub.add_parser("choose")
+    c.add_argument("--seed", type=int, required=True)
+    c.add_argument("--count", type=int, default=20)
+    c.add_argument("--dir", default=".kb-level1")
+    c.add_argument("--json")
     m = sub.add_parser("summarize")
     m.add_argument("partial", nargs="+")
     m.add_argument("--json")
     m.add_argument("--md")
     args = ap.parse_args(argv)
-    return {"stage": cmd_stage, "plan": cmd_plan, "summarize": cmd_summarize}[args.cmd](args)
+    return {"stage": cmd_stage, "plan": cmd_plan, "choose": cmd_choose, "summarize": cmd_summarize}[args.cmd](args)
 
 
 if __name__ == "__main__":

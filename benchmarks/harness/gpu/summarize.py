@@ -24,7 +24,7 @@ def _load(p: Path) -> Optional[dict]:
         return None
 
 
-#: acceptance bars of the GPU leg (issue: GPU leg at H200 speed and precision)
+#: acceptance bars of the GPU leg (docs/results-h200.md)
 AA_BARS = {"aa_relu_130us": {"max_dev": 0.003, "max_ci_width": 0.01},
            "aa_relu_4us": {"max_dev": 0.003, "max_ci_width": 0.03}}
 DOBENCH_BAR = 0.02
@@ -58,6 +58,14 @@ def _fmt(x: Optional[float], nd: int = 3) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def _head_start(it: dict) -> dict:
+    """Each arm's head start, from its timing sandbox's timing_info (after configure: its calibration's samples)."""
+    boxes = ((((it.get("details") or {}).get("timing") or {}).get("mode") or {}).get("sandboxes") or {})
+    return {arm: {k: b.get(k) for k in ("head_start", "head_start_reason", "first_call_s_median", "hold_s_median",
+                                          "hold_expiries", "host_bound_samples")}
+            for arm, b in boxes.items() if b.get("head_start_setting")}
+
+
 def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, Any]:
     run1 = _report(out, name1)
     run2 = _report(out, name2)
@@ -85,6 +93,7 @@ def summarize(out: Path, name1: str, name2: Optional[str] = None) -> dict[str, A
                "calls_per_sample": ((it.get("details") or {}).get("timing") or {}).get("calls_per_sample"),
                "mode": ((((it.get("details") or {}).get("timing") or {}).get("mode") or {}).get("decision") or {})
                .get("reason")}
+        row["head_start"] = _head_start(it)
         r2 = i2.get(nid)
         if r2 is not None:
             row["speedup2"], row["ci2"], row["verdict2"] = r2.get("speedup"), r2.get("ci"), r2.get("verdict")
@@ -198,6 +207,19 @@ def render(s: dict[str, Any]) -> str:
                      f"{_fmt(r.get('dobench_rot'))} | {_fmt(r.get('dobench_pinned'))} | {_fmt(r.get('dobench_synced'))} |")
         if r["verdict"] != "accepted":
             lines.append(f"|  | {r['reason'][:180]} |")
+    held = [r for r in s.get("suite", []) if r.get("head_start")]
+    if held:
+        us = lambda v: "-" if v is None else f"{v * 1e6:.0f}"  # noqa: E731
+        lines.append("")
+        lines.append("| problem | candidate | hold A / B | first call's host A / B (µs) | hold A / B (µs) | expiries A / B "
+                     "| host-bound samples A / B |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for r in held:
+            a, b = r["head_start"].get("A") or {}, r["head_start"].get("B") or {}
+            lines.append(f"| {r['problem']} | {r['candidate']} | {a.get('head_start')} / {b.get('head_start')} | "
+                         f"{us(a.get('first_call_s_median'))} / {us(b.get('first_call_s_median'))} | "
+                         f"{us(a.get('hold_s_median'))} / {us(b.get('hold_s_median'))} | {a.get('hold_expiries')} / "
+                         f"{b.get('hold_expiries')} | {a.get('host_bound_samples')} / {b.get('host_bound_samples')} |")
     lines.append("")
     lines.append("| A/A problem | ours [95% CI] | CI width | CI has 1 | meets bar | ours run 2 | do_bench A/A | "
                  "naive A/A median (range) |")

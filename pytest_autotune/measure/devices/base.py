@@ -28,11 +28,26 @@ from .spec import DeviceSpec  # noqa: F401  (re-exported)
 @dataclass
 class Sample:
     """One timing sample: ``calls`` calls, each on its own inputs. ``seconds`` is the device's own measure;
-    ``host_seconds`` the host clock around the same region including a full device synchronisation."""
+    ``host_seconds`` the host clock around the same region including a full device synchronisation.
+
+    Devices with a head start (CUDA, ``[devices.cuda].head_start``: measure/devices/cuda/head_start.py) also say
+    how ``seconds`` was made: ``event_seconds`` (the device's clock over the calls, after the hold),
+    ``enqueue_seconds`` (the host's clock from the first launch to the last), ``first_call_seconds`` (the host's
+    clock from the first launch to the hold's release: the first call, or the graph's replay), ``bound``
+    (``"device"``: seconds is the event time; ``"host"``: the enqueue time, which was longer), ``head_start`` (the
+    hold that ran: ``"spin"`` or ``"off"``), ``hold_seconds`` (how long the GPU was held, by its own clock) and
+    ``hold_expired`` (the hold ran out before the host released it). ``None`` where a device does not measure it."""
 
     seconds: float
     host_seconds: float
     outputs: list = field(default_factory=list)
+    event_seconds: Optional[float] = None
+    enqueue_seconds: Optional[float] = None
+    first_call_seconds: Optional[float] = None
+    hold_seconds: Optional[float] = None
+    hold_expired: Optional[bool] = None
+    head_start: Optional[str] = None
+    bound: Optional[str] = None
 
 
 class Device(abc.ABC):

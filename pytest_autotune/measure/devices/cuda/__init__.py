@@ -3,8 +3,10 @@ device-wide synchronisation, CUDA graphs for calls too short to time one launch 
 carve-out left over from anyone's earlier calls.
 
 Modules: :mod:`.device` (``CudaDevice``: setup, L2 flush, fingerprint, outputs), :mod:`.timing` (one sample,
-eager or as a graph, and the choice between them), :mod:`.graphs` (capture helpers), :mod:`.fingerprint`
-(PCI address, nvidia-smi), :mod:`.driver` (the driver API through ctypes), :mod:`.ipc` (outputs by handle).
+eager or as a graph, and the choice between them), :mod:`.head_start` (the hold around a sample's first call and
+the max(event, enqueue) rule), :mod:`.hold` (the hold kernel), :mod:`.graphs` (capture helpers),
+:mod:`.fingerprint` (PCI address, nvidia-smi), :mod:`.driver` (the driver API through ctypes), :mod:`.ipc`
+(outputs by handle).
 
 Graph mode is chosen for both arms alike (each arm runs in its own sandbox: docs/architecture.md, "Arms in
 separate processes"). During calibration each single-call sample is also captured once into a throw-away graph

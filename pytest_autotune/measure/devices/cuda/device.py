@@ -16,6 +16,8 @@ import torch
 from ..base import Device
 from ..memfd import HostExport, export_host_tensor
 from . import fingerprint as fingerprint_module
+from . import head_start as head_start_module
+from . import hold as hold_module
 from . import timing as timing_module
 from .driver import (
     CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
@@ -52,6 +54,7 @@ class CudaDevice(CudaTiming, Device):
         self._counts: dict[str, Any] = {
             "eager_samples": 0, "graph_samples": 0, "captures": 0, "inner_event_samples": 0,
             "persisting_limit_resets": 0, "persisting_l2_errors": 0, "access_window_errors": 0, "host_exports": 0}
+        self._head_start_init()  # the hold itself is made in warm_runtime
 
     # ------------------------------------------------------------------------------------------ setup
     @classmethod
@@ -83,8 +86,9 @@ class CudaDevice(CudaTiming, Device):
         torch.backends.cudnn.allow_tf32 = False
 
     def warm_runtime(self) -> None:
-        """Create the context, the flush buffer, the capture stream and the driver handle before the sandbox
-        counts threads and takes its tamper snapshot (all of them are part of the measuring machinery)."""
+        """Create the context, the flush buffer, the capture stream, the driver handle and the head start's hold
+        before the sandbox counts threads and takes its tamper snapshot (all of them are part of the measuring
+        machinery)."""
         torch.cuda.set_device(self.index)
         torch.ones(8, device=self.torch_device).add_(1)
         self._flush_buffer()
@@ -96,6 +100,9 @@ class CudaDevice(CudaTiming, Device):
             drv.set_persisting_limit(0)
         if drv.ok:
             drv.reset_persisting_lines()
+        # the head start's hold (its kernel compiled, its page of pinned host memory): per sandbox, never handed to
+        # the candidate, in the tamper snapshot (timer_functions)
+        self._head_start_setup()
         torch.cuda.synchronize(self.index)
 
     def _drv(self) -> Driver:
@@ -128,7 +135,7 @@ class CudaDevice(CudaTiming, Device):
     def tamper_modules(self) -> list[ModuleType]:
         """This module, and the modules the timing code moved to: their functions and classes are in the
         sandbox's tamper snapshot, as they were when all of it was one module."""
-        return [sys.modules[__name__], timing_module, fingerprint_module]
+        return [sys.modules[__name__], timing_module, fingerprint_module, head_start_module, hold_module]
 
     # ------------------------------------------------------------------------------------------ fingerprint
     def fingerprint(self) -> dict[str, Any]:
@@ -156,6 +163,8 @@ class CudaDevice(CudaTiming, Device):
             cuda_device_order=os.environ.get("CUDA_DEVICE_ORDER"),
             l2_flush_bytes=self.flush_bytes(),
             graph_below_s=self.graph_below_s,
+            head_start=self._hs_setting,
+            head_start_max_s=self._hs_limit_s if self._hs_setting != "off" else None,
         )
         smi = nvidia_smi(fp.get("uuid") or fp.get("pci_bus_id") or str(self.index))
         fp["driver"] = smi.pop("driver_version", None)

@@ -6,16 +6,21 @@ One sample (``timed``), in order, all of it inside ``host_seconds``:
 2. reset the persisting-L2 state (``cuCtxResetPersistingL2Cache``, the carve-out limit back to 0, the current
    stream's access-policy window cleared), then write a buffer of ``l2_flush_factor`` x the L2 size, and wait
    for it (a device-wide synchronisation, so nothing of the flush overlaps the timed region);
-3. start event, the ``k`` calls (eager) or one replay of the graph that holds the ``k`` calls, end event;
-4. graph mode only: copy the outputs out of the graph's memory (these copies are the sample's outputs, the
+3. the hold (``[devices.cuda].head_start``, :mod:`.head_start`): queued on the stream, so the GPU waits while
+   the host gets to its first kernel (graph mode without a hold: a short GPU spin, the pre-roll, hides the
+   replay's launch);
+4. start event, the first call (eager) or the replay of the graph that holds the ``k`` calls, the hold's release,
+   the other calls, end event -- the host's clock around these launches is the sample's enqueue time;
+5. graph mode only: copy the outputs out of the graph's memory (these copies are the sample's outputs, the
    ones the controller fingerprints) and overwrite the graph-owned outputs (NaN / 0), so the next replay
    cannot clobber what is kept and no answer is left lying in graph memory for the other arm to find;
-5. ``torch.cuda.synchronize()`` -- device-wide: work a call left running on another stream is waited for
+6. ``torch.cuda.synchronize()`` -- device-wide: work a call left running on another stream is waited for
    here, so it shows up in the host time and not in the event time (``DeviceClockGate``).
 
-``seconds`` is the event time of step 3. In graph mode the two events are nodes *inside* the graph, so the
-graph's launch latency is not timed (it is the same for both arms and would only pull every ratio towards 1);
-where this torch/driver cannot time events recorded in a graph, the events around the replay are used.
+``seconds`` is the event time of step 4 -- with a head start, the larger of it and the enqueue time
+(:func:`.head_start.sample_seconds`). In graph mode the two events are nodes *inside* the graph, so the graph's
+launch latency is not timed (it is the same for both arms and would only pull every ratio towards 1); where this
+torch/driver cannot time events recorded in a graph, the events around the replay are used.
 
 The graph helpers are in :mod:`.graphs`; the L2 flush and persisting-L2 reset that step 2 calls are
 :meth:`CudaDevice.flush_l2 <pytest_autotune.measure.devices.cuda.device.CudaDevice.flush_l2>`. This module's
@@ -45,6 +50,7 @@ from .graphs import (
     stage,
     static_copies,
 )
+from .head_start import HeadStart
 
 #: calibration samples that are also test-captured (the schedule calibrates each arm on up to 3 inputs)
 _MAX_CALIBRATION_CAPTURES = 8
@@ -52,7 +58,7 @@ _MAX_CALIBRATION_CAPTURES = 8
 _MAX_GRAPHS = 4
 
 
-class CudaTiming:
+class CudaTiming(HeadStart):
     """The timing half of :class:`~pytest_autotune.measure.devices.cuda.device.CudaDevice` (a mixin: the state
     lives on the device instance, never in module globals -- the module is in the tamper snapshot)."""
 
@@ -104,14 +110,22 @@ class CudaTiming:
         h0 = clock()
         self.flush_l2()
         torch.cuda.synchronize(self.index)
+        ticket = self._hold_begin()
         start.record()
-        for i, b in enumerate(batches):
+        e0 = clock()
+        for i, b in enumerate(batches[:1]):
             outs[i] = fn(*b)
+        er = clock()
+        self._hold_release(ticket)  # the first call's launches are queued: the GPU may start
+        for i in range(1, len(batches)):
+            outs[i] = fn(*batches[i])
         end.record()
+        e1 = clock()
         torch.cuda.synchronize(self.index)  # device-wide: side streams included
         h1 = clock()
         self._counts["eager_samples"] += 1
-        return Sample(seconds=start.elapsed_time(end) * 1e-3, host_seconds=(h1 - h0) * 1e-9, outputs=outs)
+        return self._held_sample(start.elapsed_time(end) * 1e-3, (e1 - e0) * 1e-9, (h1 - h0) * 1e-9, outs,
+                                 ticket, start, (er - e0) * 1e-9)
 
     def _timed_graph(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]]) -> Sample:
         key = signature(batches)
@@ -130,10 +144,15 @@ class CudaTiming:
         stage(entry.static, batches)
         self.flush_l2()
         torch.cuda.synchronize(self.index)
-        preroll()
+        ticket = self._hold_begin()
+        if ticket is None:
+            preroll()
         outer0.record()
+        e0 = clock()
         entry.graph.replay()
+        self._hold_release(ticket)
         outer1.record()
+        e1 = clock()
         outs = [copy_tree(o) for o in entry.outputs]
         poison(entry.outputs)
         torch.cuda.synchronize(self.index)
@@ -148,7 +167,7 @@ class CudaTiming:
                 self._counts["inner_event_samples"] += 1
         entry.replays += 1
         self._counts["graph_samples"] += 1
-        return Sample(seconds=seconds, host_seconds=(h1 - h0) * 1e-9, outputs=outs)
+        return self._held_sample(seconds, (e1 - e0) * 1e-9, (h1 - h0) * 1e-9, outs, ticket, outer0, (e1 - e0) * 1e-9)
 
     # ------------------------------------------------------------------------------------------ graphs
     def _capture(self, fn: Callable[..., Any], batches: Sequence[Sequence[Any]], key: tuple,
@@ -297,6 +316,7 @@ class CudaTiming:
             "fastest_eager_call_s": self._fastest_eager_call_s if math.isfinite(self._fastest_eager_call_s) else None,
             "capture_failures": list(self._capture_failures),
             "l2_flush_bytes": self._flush.numel() * 4 if self._flush is not None else None,
+            **self.head_start_info(),
             **self._counts,
         }
 
@@ -326,4 +346,5 @@ class CudaTiming:
         if self._driver is not None:
             fns["cuda.driver"] = self._driver
             fns["cuda.driver.lib"] = self._driver.lib
+        fns.update(self.head_start_watch())
         return fns

@@ -41,6 +41,10 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # offset of 2.5% (process_offset_sd: new, optional); [timing].process_pairs 6 -> 2 and item_budget_s 12 -> 4.
     # Issue 28; docs/harness.md, "Derived input sets". The GPU leg reads none of it.
     "8": "822298aa02a998f082bc2f66498b40216e30e774d8ef9b929a124979b53e7a3e",
+    # 9: [build] (new, optional section): the budget of the sandbox that compiles a candidate's extensions once per
+    # item (timeout_s 600, memory_mb 8192, max_processes 512, max_artifact_mb 512); no timing key changes.
+    # docs/guide/compiled-candidates.md
+    "9": "144968a9cad335e5aecc88bb8ecb82d586e20b3dd4ac082e0c05aec8c1874c1a",
 }
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from . import linux
 from .jail_plan import JailError, JailPlan
 
-
 #: what hides a path: an empty file and an empty folder, staged in the view's own tmpfs over /run
 HIDDEN_FILE, HIDDEN_DIR = ".autotune-hidden", ".autotune-hidden-dir"
 

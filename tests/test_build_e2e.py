@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import e2e_files as F

@@ -17,8 +17,9 @@ from types import SimpleNamespace
 
 import e2e_files as F
 import pytest
+import torch
 
-from conftest import ModuleRequest, fast_protocol_text
+from conftest import REPO, ModuleRequest, fast_protocol_text
 
 CPP_RELU = '''"""ReLU in C++ through load_inline."""
 import ctypes
@@ -165,3 +166,37 @@ def test_the_build_stage_is_timed_apart_and_a_hit_costs_less(built) -> None:
     hit = built.items2["cpp_relu"]["details"]
     assert hit["build"]["seconds"] < miss["build"]["seconds"]
     assert miss["stage_seconds"]["build"] == miss["build"]["seconds"]
+
+
+CUDA_CANDIDATES = {"02_relu": ["relu_cuda"], "05_softmax": ["softmax_cuda", "softmax_triton"],
+                   "07_layer_norm": ["layer_norm_cuda"]}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA C++ and Triton candidates need a CUDA device")
+def test_cuda_and_triton_candidates_build_once_and_are_accepted(pytester: pytest.Pytester) -> None:
+    """The bundled CUDA C++ candidates (ReLU, softmax, layer norm) and the Triton softmax, under the full jail: each
+    is built once (nvcc, or Triton's compiler and autotuner, in the build sandbox), accepted, and found in the cache
+    by a second session, which starts no build sandbox."""
+    level1 = REPO / "benchmarks" / "kernels" / "level1"
+    for problem, names in CUDA_CANDIDATES.items():
+        (pytester.path / "suite" / "candidates" / problem / "cuda").mkdir(parents=True)
+        (pytester.path / "suite" / f"{problem}.py").write_text((level1 / f"{problem}.py").read_text())
+        for name in names:
+            src = level1 / "candidates" / problem / "cuda" / f"{name}.py"
+            (pytester.path / "suite" / "candidates" / problem / "cuda" / f"{name}.py").write_text(src.read_text())
+    (pytester.path / "protocol.toml").write_text(fast_protocol_text(**{"probes.max_examples": "0"}))
+    runs = []
+    for report in ("r1.json", "r2.json"):
+        res = pytester.runpytest_subprocess("--autotune", "--autotune-exploratory", "--device=cuda", "--problems=suite",
+                                            f"--autotune-json={report}", "-p", "no:cacheprovider", timeout=1800)
+        data = json.loads((pytester.path / report).read_text())
+        runs.append({i["candidate"]: i for i in data["items"]})
+        assert all(i["verdict"] == "accepted" for i in data["items"]), res.stdout.str()[-5000:]
+    first, second = runs
+    for names in CUDA_CANDIDATES.values():
+        for name in names:
+            b1, b2 = first[name]["details"]["build"], second[name]["details"]["build"]
+            assert (b1["cache"], b2["cache"]) == ("miss", "hit") and b1["key"] == b2["key"], (b1, b2)
+            assert "build" in first[name]["details"]["wire"] and "build" not in second[name]["details"]["wire"]
+            assert ("triton" in b1["compiler"]) == (name == "softmax_triton"), b1["compiler"]

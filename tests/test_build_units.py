@@ -270,3 +270,17 @@ def test_the_prompt_names_the_forms_and_shows_a_failed_build() -> None:
     shown = o.compiler_output()
     assert "main.cpp:3:66: error: expected ';' before '}' token" in shown and "-isystem" not in shown
     assert IterationOutcome(1, "a", "rejected", "correctness", "x", build_log="ignored").compiler_output() == ""
+
+
+def test_cuda_only_candidates_are_collected_on_cuda_alone(tmp_path: Path) -> None:
+    from pytest_autotune.problems.discovery import candidates_for, is_problem_file
+    from pytest_autotune.problems.model import ProblemRef
+
+    (tmp_path / "candidates" / "relu" / "cuda").mkdir(parents=True)
+    for rel in ("relu.py", "candidates/relu/fast.py", "candidates/relu/cuda/relu_cuda.py"):
+        (tmp_path / rel).write_text("")
+    ref = ProblemRef("relu", tmp_path / "relu.py")
+    assert [c.name for c in candidates_for(ref, [], "torch")] == ["fast"]
+    assert [c.name for c in candidates_for(ref, [], "torch", "cuda")] == ["fast", "relu_cuda"]
+    assert [c.name for c in candidates_for(ref, [], "mlx", "cuda")] == []
+    assert not is_problem_file(tmp_path / "candidates" / "relu" / "cuda" / "relu_cuda.py", [tmp_path])

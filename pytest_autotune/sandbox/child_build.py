@@ -46,11 +46,13 @@ class ExtState:
 
 
 def prepare_compiled(init: dict, role: str) -> ExtState:
-    """Before the arm is imported (and before the tamper snapshot: these are the harness's own patches)."""
+    """Before the arm is imported (and before the tamper snapshot: these are the harness's own patches). Scratch
+    folders go to the jail's private ``/tmp``, or without one to ``init["scratch"]`` (the pool's folder, removed when
+    the pool closes)."""
     if role == "baseline":
         return ExtState()
     if role == "build":
-        scratch = Path(tempfile.mkdtemp(prefix="autotune-build-"))
+        scratch = Path(tempfile.mkdtemp(prefix="autotune-build-", dir=init.get("scratch")))
         _triton_env(scratch)
         os.environ["TORCH_EXTENSIONS_DIR"] = str(scratch / "torch_extensions")
         _ninja_on_path()
@@ -61,7 +63,7 @@ def prepare_compiled(init: dict, role: str) -> ExtState:
     if build is None:
         on_import(EXT_MODULE, refuse_compiling)
         return ExtState("refuse")
-    scratch = Path(tempfile.mkdtemp(prefix="autotune-built-"))
+    scratch = Path(tempfile.mkdtemp(prefix="autotune-built-", dir=init.get("scratch")))
     materialize(scratch, build.get("files") or {}, build.get("triton_root"))
     _triton_env(scratch)
     on_import(EXT_MODULE, Replayer(scratch / EXT_DIR, list(build.get("calls") or [])).install)

@@ -194,4 +194,5 @@ def rehide(hide: tuple[str, ...], stage: str = "/run") -> None:
         if (st.st_dev, st.st_ino) in hidden:
             continue
         linux.mount(empty_dir if os.path.isdir(path) else empty_file, path, None, linux.MS_BIND)
-        linux.mount(None, path, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID)
+        linux.mount(None, path, None,
+                    linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)

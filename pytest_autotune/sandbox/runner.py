@@ -13,6 +13,7 @@ zygote's client, a handle per sandbox, the kinds of failure) are in :mod:`.proce
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -134,6 +135,8 @@ class SandboxPool:
         supervisor bounds it; the RSS watchdog applies them to its main process everywhere."""
         memory_bytes = (memory_mb << 20) if memory_mb else self.memory_bytes
         max_processes = max_processes or self.max_processes
+        if not self.plan.view:  # no private /tmp: compiled code's scratch folders go where close() removes them
+            init = {**init, "scratch": str(self.workdir)}
         self._count += 1
         log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -193,6 +196,8 @@ class SandboxPool:
             self.cgroups = None
         if self.limiter is not None:
             self.limiter.close()
+        for scratch in self.workdir.glob("autotune-buil*"):  # compiled code's folders (sandbox/child_build.py)
+            shutil.rmtree(scratch, ignore_errors=True)
         _drop_empty_logs(self.workdir)
 
 

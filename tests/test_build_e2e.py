@@ -16,10 +16,13 @@ import time
 from types import SimpleNamespace
 
 import e2e_files as F
+import jsonschema
 import pytest
 import torch
 
 from conftest import REPO, ModuleRequest, fast_protocol_text
+
+SCHEMA = json.loads((REPO / "pytest_autotune" / "report" / "report.schema.json").read_text())
 
 CPP_RELU = '''"""ReLU in C++ through load_inline."""
 import ctypes
@@ -90,6 +93,8 @@ def _session(pt: pytest.Pytester, report: str) -> tuple[pytest.RunResult, dict, 
                                   f"--autotune-json={report}", "-p", "no:cacheprovider", timeout=600)
     seconds = time.monotonic() - t0
     data = json.loads((pt.path / report).read_text()) if (pt.path / report).exists() else {"items": []}
+    if data["items"]:
+        jsonschema.validate(data, SCHEMA)  # details.build included
     return res, {i["candidate"]: i for i in data["items"]}, seconds
 
 

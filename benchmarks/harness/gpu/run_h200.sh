@@ -8,6 +8,9 @@
 #                                                      #   quiet CPUs, against this project's 2-vCPU CI machine)
 #   bash benchmarks/harness/gpu/run_h200.sh cpu-layout # ~1.5 min: where a CPU A/A's per-process offset comes from
 #                                                      #   (cpu_layout_probe.py, 4 MiB and 1 MiB buffers)
+#   bash benchmarks/harness/gpu/run_h200.sh compiled   # the CUDA C++ and Triton candidates: built once, measured, do_bench
+#                                                      #   of the same modules, a second session on the warm build
+#                                                      #   cache; the build tests and the GPU cheats
 #   bash benchmarks/harness/gpu/run_h200.sh full       # the bundled suite + the two A/A yardsticks in ONE pytest
 #                                                      #   call (run1.json), then triton do_bench on every accepted pair
 #   bash benchmarks/harness/gpu/run_h200.sh remeasure  # the same pytest call again (run2.json): re-measure agreement,
@@ -132,6 +135,20 @@ smoke)
   K="${K:-aa_relu_4us or (02_relu and relu)}" RUN_TIMEOUT="${RUN_TIMEOUT:-240}" suite smoke
   [ -f "$HERE/jail_check.py" ] && run timeout 120 python3 "$HERE/jail_check.py" --quick --json "$OUT/jail.json"
   python3 "$HERE/summarize.py" "$OUT" smoke 2>>"$LOG"
+  ;;
+compiled)
+  # the compiled candidates (candidates/<problem>/cuda/: CUDA C++ and Triton; docs/guide/compiled-candidates.md): each
+  # built once in its build sandbox and measured, beside do_bench of the same module; a second session over the same
+  # build cache builds nothing; then the build tests and the GPU cheats (KernelBench's adversarial kernels in CUDA C++)
+  CK="${K:-relu_cuda or softmax_cuda or layer_norm_cuda or softmax_triton}"
+  K="$CK" suite compiled1 --autotune-db=/tmp/compiled.db
+  K="$CK" suite compiled2 --autotune-db=/tmp/compiled.db
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 --pin-main --synced \
+    --report "$OUT/compiled1.json" --out "$OUT/dobench-compiled1.json"
+  run timeout 500 python3 -m pytest -p no:cacheprovider -q -rs tests/test_build_e2e.py tests/test_cheat_catalog.py \
+    -k "cuda_and_triton or gpu_cheat" -s --junitxml="$OUT/compiled_tests.xml"
+  grep -E "passed|failed|error" "$LOG" | tail -4
+  python3 "$HERE/summarize.py" "$OUT" compiled1 2>>"$LOG"
   ;;
 full)
   suite run1

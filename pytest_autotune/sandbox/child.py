@@ -126,7 +126,7 @@ class ChildState:
         watched = [child_module, child_timing_module, outputs_module, wire_module, inputs_module, self.problem.module,
                    *self.device.tamper_modules()]
         self.arm_cls = self._arm_class()
-        self.ext = prepare_compiled(init, self.role)  # compiled code: before the snapshot, these patches are the harness's
+        self.ext = prepare_compiled(init, self.role)  # compiled code; before the snapshot: the harness's own patches
         self.snapshot = TamperSnapshot.take(self.device.timer_functions(), watched)
         self.threads_before_import = os_thread_count()
         if self.role == "candidate" and init.get("source") is not None:

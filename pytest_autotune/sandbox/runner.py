@@ -226,7 +226,7 @@ class Sandbox:
                  max_processes: Optional[int] = None, limits_key: str = "[sandbox]") -> None:
         self.chan = chan
         self.memory_bytes = memory_bytes or pool.memory_bytes
-        self.max_processes: int = int(max_processes or getattr(pool, "max_processes", 0))
+        self.max_processes: int = max_processes or int(getattr(pool, "max_processes", 0) or 0)
         self.limits_key = limits_key
         self.handle = handle
         self.log = log

@@ -1,7 +1,7 @@
 """One kernel item, start to verdict, in one direction (docs/architecture.md):
 
-provenance → load (candidate sandbox) → correctness → probes → [timing (+ baseline sandbox) → integrity → breaker]
-→ verdict.
+provenance → load → build (compiled candidates: build/stage.py) → correctness (candidate sandbox) → probes →
+[timing (+ baseline sandbox) → integrity → breaker] → verdict.
 
 A later stage never runs if an earlier one refused the item; nothing is timed before correctness passed;
 the verdict carries the frozen result (accepted), the quarantine record (breaker) or the refusal.
@@ -19,6 +19,7 @@ import os
 import time
 from typing import Any, Optional
 
+from .build.stage import BuildStage
 from .errors import ProblemLoadError
 from .flow_baseline import BaselineStage
 from .gates.base import (
@@ -50,7 +51,7 @@ from .seeds import SeedSource
 MIN_PROCESS_PAIRS = 2
 
 
-class KernelFlow(BaselineStage):
+class KernelFlow(BaselineStage, BuildStage):
     def __init__(self, env: FlowEnv) -> None:
         self.env = env
 
@@ -81,6 +82,7 @@ class KernelFlow(BaselineStage):
             "disable_gc": env.protocol.timing.disable_gc,
             "thp": env.protocol.sandbox.thp,
             "cpus": env.cpus,
+            "build": self.build_payload(problem_src, role, source),  # the item's build: its candidate sandboxes only
         }
 
     def _start(self, init: dict, label: str, ctx: Optional[GateContext] = None) -> Sandbox:
@@ -193,6 +195,9 @@ class KernelFlow(BaselineStage):
         if env.device.framework == "mlx" and item.problem.mlx_model is None:
             return FlowVerdict(self._outcome(spec, "rejected", "load",
                                              f"{item.problem_src.path} has no ModelMLX port for --device=mlx"))
+        built = self.build(item)  # ---- compiled candidates: built once, before anything runs them
+        if built is not None:
+            return built
         # ---- the strongest frozen baseline (timed in clean processes: needs the device to itself)
         if env.measuring and spec.candidate.name == AA_CANDIDATE_NAME:
             # A/A: the reference against itself, never against a faster declared baseline (that would be a

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from .gates.base import BaselineChoice, Gate, GateContext
@@ -47,6 +48,9 @@ class FlowEnv:
     problems: dict = field(default_factory=dict)  # (path, sha) -> LoadedProblem
     baseline_probes: dict = field(default_factory=dict)  # (problem path, baseline sha, device) -> graph probe
     footprints: dict = field(default_factory=dict)  # (problem sha, sizes, device) -> measure.memory.CallFootprint
+    #: the build cache's folder (build/cache.py build_root); None: builds are not kept
+    build_root: Optional[Path] = None
+    builds: dict = field(default_factory=dict)  # (problem sha, candidate sha) -> the item's build (init payload)
 
 
 @dataclass

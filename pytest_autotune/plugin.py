@@ -255,7 +255,7 @@ class ProblemFile(pytest.File):
         kind = "mlx" if session.framework == "mlx" else "torch"
         if kind == "mlx" and problem.mlx_model is None:
             return
-        cands = candidates_for(pref, session.opts.candidates, kind)  # type: ignore[arg-type]
+        cands = candidates_for(pref, session.opts.candidates, kind, device)  # type: ignore[arg-type]
         if session.opts.aa:
             cands = [CandidateRef(AA_CANDIDATE_NAME, None, kind), *cands]  # type: ignore[arg-type]
         for c in cands:

@@ -27,6 +27,7 @@ from .protocol_sections import (  # noqa: F401 - re-exported: the sections are p
     BandsSection,
     BarsSection,
     BreakerSection,
+    BuildSection,
     CorrectnessSection,
     CpuSection,
     CudaSection,
@@ -73,6 +74,7 @@ class Protocol:
     surface: SurfaceSection = _f()
     engines: EnginesSection = _f()
     memory: MemorySection = _f(default=MemorySection())
+    build: BuildSection = _f(default=BuildSection())
     # not from the file:
     sha256: str = field(default="", compare=False)
     path: str = field(default="", compare=False)

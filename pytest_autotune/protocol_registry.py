@@ -49,8 +49,9 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # shape". On CUDA ([devices.cuda].head_start = "spin", head_start_max_s = 0.003: new, optional keys) every
     # sample's stream is held behind the L2 flush until the host has enqueued its first call, the start event
     # behind the hold, and a sample's time is max(event time, host enqueue time) (measure/devices/cuda/head_start.py;
-    # docs/architecture.md, "The CUDA sample").
-    "9": "6e9822f6a43a44444fb630a0debb0902b87350ea8b64eea91657afc6d3c6a4c7",
+    # docs/architecture.md, "The CUDA sample"). [build] (new, optional section): the budget of the sandbox that
+    # compiles a candidate's extensions once per item (docs/guide/compiled-candidates.md).
+    "9": "6ded1c96343f23308fd01049db2a7703088343ba36c4725c6823b4c4915b2a47",
 }
 
 

@@ -207,6 +207,16 @@ class MemorySection:
 
 
 @dataclass(frozen=True)
+class BuildSection:
+    """The build stage of compiled candidates (docs/guide/compiled-candidates.md): the budget of the one jailed sandbox
+    an item's compilers run in. Optional (protocols 1-8: these defaults)."""
+    timeout_s: float = _f(default=600.0, gt=0.0)
+    memory_mb: int = _f(default=8192, ge=256)
+    max_processes: int = _f(default=512, ge=8)
+    max_artifact_mb: int = _f(default=512, ge=1)
+
+
+@dataclass(frozen=True)
 class StudiesSection:
     """Studies (docs/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
 
@@ -240,4 +250,4 @@ class EnginesSection:
     metrics_interval_s: float = _f(gt=0.0)
 
 
-__all__ = ["ProtocolMeta", "SeedsSection", "TimingSection", "StatisticsSection", "CorrectnessSection", "Tolerance", "BreakerSection", "ProbesSection", "SandboxSection", "IntegritySection", "CpuSection", "CudaSection", "DevicesSection", "TimingPlan", "BarsSection", "BandsSection", "MemorySection", "StudiesSection", "SurfaceSection", "EnginesSection"]
+__all__ = ["ProtocolMeta", "SeedsSection", "TimingSection", "StatisticsSection", "CorrectnessSection", "Tolerance", "BreakerSection", "ProbesSection", "SandboxSection", "IntegritySection", "CpuSection", "CudaSection", "DevicesSection", "TimingPlan", "BarsSection", "BandsSection", "MemorySection", "BuildSection", "StudiesSection", "SurfaceSection", "EnginesSection"]

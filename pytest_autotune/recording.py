@@ -38,6 +38,13 @@ def with_transfer(row: dict, outcome: ItemOutcome) -> dict:
     return {**row, "retest_of": t["retest_of"], "transfer_ratio": t["transfer_ratio"]}
 
 
+def rejection_detail(o: ItemOutcome) -> str:
+    """The rejection row's ``detail``: the reason; for a build that failed, the compilers' whole output after it
+    (``details.build.log``, at most build/compiler_log.py ``LOG_CHARS``)."""
+    log = (o.details.get("build") or {}).get("log") if o.gate == "build" else None
+    return o.reason[:REASON_CHARS] + (f"\n\nbuild log:\n{log}" if log else "")
+
+
 def verdict_rows(verdict: "FlowVerdict", run_id: str, studies: "StudyRecorder") -> list[tuple[str, dict]]:
     """(table, row) of everything a verdict records: its result or quarantine row, and a rejections row unless
     it was accepted."""
@@ -49,7 +56,7 @@ def verdict_rows(verdict: "FlowVerdict", run_id: str, studies: "StudyRecorder") 
         rows.append(("quarantine", verdict.quarantine.as_row()))
     if o.verdict != "accepted":
         rejection = Rejection(run_id, o.nodeid, o.problem, o.candidate, o.device, o.gate or "", o.verdict,
-                              o.reason[:REASON_CHARS])
+                              rejection_detail(o))
         rows.append(("rejections", {**rejection.as_row(), **studies.rejection_columns(o)}))
     return rows
 

@@ -256,6 +256,7 @@ class AutotuneSession:
     # ---------------------------------------------------------------------------------------- items
     def flow(self) -> "KernelFlow":
         if self._flow is None:
+            from .build.cache import build_root
             from .flow import FlowEnv, KernelFlow
             from .measure.sampling import KOverride
 
@@ -271,7 +272,8 @@ class AutotuneSession:
                 lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
                 cpus=self._sandbox_cpus(),
-                k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None)
+                k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
+                build_root=build_root(self.opts.db) if self.opts.db is not None else None)
             self._flow = KernelFlow(env)
         return self._flow
 

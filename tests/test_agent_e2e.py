@@ -228,3 +228,33 @@ def test_engine_flag_sets_from_the_declared_space(pytester: pytest.Pytester, tmp
     assert rows[1][3:] == ("rejected", "reply") and kinds in ([], [("engine",)])
     decl = root / "candidates/search/engine-agent/llm/fake-short/llm_s0_i001.toml"
     assert "slots = 2" in decl.read_text()
+
+
+def test_a_candidate_that_does_not_build_is_unusable_and_the_next_prompt_shows_the_error(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fast_protocol):
+    """The scripted endpoint answers with a C++ extension that does not compile, then with one that does: the first
+    iteration is refused by the build gate (unusable, with the compiler's first error), the second prompt shows the
+    compiler's output, and the second iteration is accepted (docs/guide/compiled-candidates.md)."""
+    from test_build_e2e import CPP_BROKEN, CPP_RELU
+
+    session_env(monkeypatch)
+    root = pytester.path
+    (root / "protocol.toml").write_text(fast_protocol(**{"probes.max_examples": "0"}))
+    write(root, "suite/relu.py", F.RELU)
+    script = [Scripted(fenced("\n" + CPP_BROKEN)), Scripted(fenced("\n" + CPP_RELU))]
+    with Endpoint(script) as ep:
+        res = autotune(pytester, "search", "--tuner=llm", f"--endpoint={ep.url}", "--model=scripted", "--budget=2",
+                       "--study=relu-build", "--arm=llm", "--problem=suite/relu.py", "--seed=3", "--",
+                       "--autotune-exploratory")
+    out = res.stdout.str()
+    assert res.ret == 0, out[-4000:] + res.stderr.str()
+    assert "usable: 1 of 2 iteration(s)" in out, out[-3000:]
+    system, user = ep.requests[1]["body"]["messages"]
+    assert "C++ compiled through `torch.utils.cpp_extension.load_inline`" in system["content"]
+    assert "iteration 1 (llm_s3_i001): REJECTED by the build gate: main.cpp:3:" in user["content"]
+    assert "The compiler's output:" in user["content"] and "error: expected" in user["content"]
+    assert "iteration 2 (llm_s3_i002): accepted" in out
+    conn = sqlite3.connect(root / ".autotune/results.db")
+    rows = conn.execute("SELECT iteration, gate FROM rejections WHERE study = 'relu-build'").fetchall()
+    conn.close()
+    assert rows == [(1, "build")]

@@ -65,6 +65,8 @@ class Case:
     source: str | None = None  # file under tests/cheats, when not candidates/<problem>/<name>.py
     #: the defence counts processes by the jail's pid namespace or cgroup: skipped (a documented limit) without both
     needs_jail_count: bool = False
+    #: the defence is the jail's view (the store hidden): skipped (a documented limit) without it
+    needs_view: bool = False
 
     @property
     def path(self) -> Path:
@@ -208,6 +210,24 @@ CATALOG: list[Case] = [
          "the item fails with the file and the reason (problems/loader.py)"),
     Case("softmax_rows", "cheat_syntax_error", "main", R, ("load",), r"cheat_syntax_error\.py.*syntax error",
          "the item fails with the file and the line (problems/loader.py)"),
+    # ---------------------------------------------------------------- native code (C++ through load_inline)
+    # KernelBench's adversarial kernels (src/kernelbench/unit_tests/test_kernels/) ported to C++ on the CPU, and
+    # the native forms of caches, late writers and threads; built once per item in the build sandbox
+    Case("linear_fp32", "cheat_ext_result_reuse", "main", R, ("correctness",), r"outside tolerance|NaN",
+         "the reference runs in another process and golden outputs only in the controller: an output never "
+         "written holds no answer (docs/architecture.md, 'Arms in separate processes')"),
+    Case("linear_fp32", "cheat_ext_zero_out", "main", R, ("correctness",), r"modified its input|outside tolerance",
+         "golden outputs from inputs the sandbox never touched; inputs compared bitwise after the call"),
+    Case("softmax_rows", "cheat_ext_answer_cache", "main", NO_GAIN, (), "",
+         "fresh inputs per timed call: a native cache never hits, it only costs the checksum"),
+    Case("softmax_rows", "cheat_ext_late_thread", "main", R, ("correctness", "integrity"),
+         r"outside tolerance|changed after the call returned|thread",
+         "outputs read at return and re-read after a delay; threads counted from /proc, native ones included"),
+    Case("softmax_rows", "cheat_ext_burn_thread", "main", R, ("integrity",), r"thread",
+         "threads the import started, counted from /proc (a C++ static initializer's included)"),
+    Case("softmax_rows", "cheat_ext_include_store", "main", R, ("build",), r"results\.db.*No such file",
+         "the build sandbox is jailed like every sandbox: the store's folder is out of its view, so the compiler "
+         "cannot #include the database (sandbox/jail_mounts.py)", needs_view=True),
     # ---------------------------------------------------------------- honest, tricky: no false positives
     Case("relu_nonneg", "honest_clamp", "main", A, (), "", "module-level tensor constant"),
     Case("relu_nonneg", "honest_clamp", "limits", A, (), "", "still passes beside crash/hang/memory items"),
@@ -215,6 +235,8 @@ CATALOG: list[Case] = [
     Case("softmax_rows", "honest_inplace", "main", A, (), "", "in-place ops on its own intermediates"),
     Case("softmax_rows", "honest_numpy", "main", A, (), "", "imports numpy and computes with it"),
     Case("linear_fp32", "honest_prealloc", "main", A, (), "", "buffers prepared in __init__, fresh outputs"),
+    Case("softmax_rows", "honest_ext_softmax", "main", A, (), "",
+         "C++ through load_inline: built once in the build sandbox, loaded read-only by every later sandbox"),
 ]
 
 GPU_CHEATS = sorted((CHEATS / "gpu").rglob("cheat_*.py"))
@@ -385,6 +407,9 @@ def test_catalog(sessions, remeasure, case: Case) -> None:
     if case.needs_jail_count and not _counts_every_process(run):
         pytest.skip(f"{case.name}: its defence is the jail's pid namespace or cgroup, which this machine does not "
                     "give (docs/threat-model.md, 'Honest limits')")
+    if case.needs_view and not ((run.report.get("run") or {}).get("isolation") or {}).get("view"):
+        pytest.skip(f"{case.name}: its defence is the jail's read-only view without the store, which this machine "
+                    "does not give (docs/threat-model.md, 'Honest limits')")
     it = _item(run, case)
     if case.verdicts == NO_GAIN:
         if it["verdict"] == "accepted":

@@ -13,8 +13,10 @@ BUNDLED_ROOT = Path("benchmarks") / "kernels"
 CANDIDATES_DIR = "candidates"
 BASELINES_DIR = "baselines"
 MLX_SUBDIR = "mlx"
+#: candidates that run only on a CUDA device (CUDA C++, Triton): collected with --device=cuda alone
+CUDA_SUBDIR = "cuda"
 TEMPLATES_DIR = "templates"  # search templates (docs/studies.md): candidates-to-be, never problems
-_SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR, TEMPLATES_DIR}
+_SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR, CUDA_SUBDIR, TEMPLATES_DIR}
 
 
 def is_problem_file(path: Path, roots: Sequence[Path]) -> bool:
@@ -40,15 +42,17 @@ def _py_files(d: Path) -> list[Path]:
     return sorted(p for p in d.glob("*.py") if not p.name.startswith("_"))
 
 
-def candidates_for(problem: ProblemRef, extra_dirs: Sequence[Path], kind: CandidateKind) -> list[CandidateRef]:
+def candidates_for(problem: ProblemRef, extra_dirs: Sequence[Path], kind: CandidateKind,
+                   device: str = "cpu") -> list[CandidateRef]:
     """Candidates beside the suite (``candidates/<stem>/``) and under each ``--candidates DIR/<stem>/``.
-    MLX candidates live one level down, in ``mlx/``. Names are made unique by their origin when they clash."""
+    MLX candidates live one level down, in ``mlx/``; candidates for CUDA devices only (CUDA C++, Triton) in
+    ``cuda/``, collected with ``--device=cuda``. Names are made unique by their origin when they clash."""
     dirs = [problem.path.parent / CANDIDATES_DIR / problem.name] + [Path(d) / problem.name for d in extra_dirs]
     seen: dict[str, Path] = {}
     out: list[CandidateRef] = []
     for d in dirs:
-        folder = d / MLX_SUBDIR if kind == "mlx" else d
-        for p in _py_files(folder):
+        folders = [d / MLX_SUBDIR] if kind == "mlx" else [d] + ([d / CUDA_SUBDIR] if device == "cuda" else [])
+        for p in [p for folder in folders for p in _py_files(folder)]:
             name = p.stem
             if name in seen and seen[name].resolve() != p.resolve():
                 name = f"{d.parent.name}.{p.stem}"

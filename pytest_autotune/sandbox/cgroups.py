@@ -251,7 +251,10 @@ class CgroupSession:
                 pass
         return None
 
-    def create(self) -> SandboxCgroup:
+    def create(self, memory_bytes: Optional[int] = None, pids_max: Optional[int] = None) -> SandboxCgroup:
+        """A sandbox's group, with the session's limits or the ones given (the build sandbox's: sandbox/runner.py)."""
+        memory_bytes = memory_bytes or self.memory_bytes
+        pids_max = pids_max or self.pids_max
         self._n += 1
         dirs = {}
         try:
@@ -261,21 +264,21 @@ class CgroupSession:
                 dirs[key] = d
             if self.version == "v2":
                 d = dirs["v2"]
-                _write(d / "memory.max", str(self.memory_bytes))
+                _write(d / "memory.max", str(memory_bytes))
                 if (d / "memory.swap.max").exists():
                     _write(d / "memory.swap.max", "0")
                 if self.pids:
-                    _write(d / "pids.max", str(self.pids_max))
+                    _write(d / "pids.max", str(pids_max))
             else:
-                _write(dirs["memory"] / "memory.limit_in_bytes", str(self.memory_bytes))
+                _write(dirs["memory"] / "memory.limit_in_bytes", str(memory_bytes))
                 sw = dirs["memory"] / "memory.memsw.limit_in_bytes"
                 if sw.exists():
                     try:
-                        _write(sw, str(self.memory_bytes))
+                        _write(sw, str(memory_bytes))
                     except OSError:
                         pass
                 if self.pids:
-                    _write(dirs["pids"] / "pids.max", str(self.pids_max))
+                    _write(dirs["pids"] / "pids.max", str(pids_max))
         except OSError:
             SandboxCgroup(dirs, self.version).remove(0)
             raise

@@ -19,7 +19,7 @@ must be plain tensors and are read with torch functions disabled, and the proces
 Commands (one JSON message each; replies carry ``ok``): ``outputs`` (correctness and probes: one call per recipe,
 outputs exported by handle), ``calibrate``, ``configure``, ``prepare`` (build a round's two input groups, after
 fingerprinting the previous round's outputs), ``sample`` (one timed sample on a group), ``fingerprint``,
-``tamper``, ``ping``, ``bye``.
+``tamper``, ``ping``, ``bye``; in the item's build sandbox, ``build`` (sandbox/child_build.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import torch
 from ..problems.inputs import iter_stream, materialize, materialize_groups
 from ..problems.loader import LoadedProblem, load_class, short_exc
 from ..problems.model import SourceFile
+from .child_build import h_build, prepare_compiled
 from .child_timing import (
     THREAD_SETTLE_S,
     h_calibrate,
@@ -62,7 +63,8 @@ from .outputs import (
 from .tamper import TamperSnapshot, os_thread_count
 from .wire import Channel, PeerGone
 
-ROLES = ("candidate", "baseline")
+#: build: the item's build sandbox (sandbox/child_build.py), which imports the candidate only when asked to build
+ROLES = ("candidate", "baseline", "build")
 
 
 def _src(d: dict) -> SourceFile:
@@ -124,6 +126,7 @@ class ChildState:
         watched = [child_module, child_timing_module, outputs_module, wire_module, inputs_module, self.problem.module,
                    *self.device.tamper_modules()]
         self.arm_cls = self._arm_class()
+        self.ext = prepare_compiled(init, self.role)  # compiled code; before the snapshot: the harness's own patches
         self.snapshot = TamperSnapshot.take(self.device.timer_functions(), watched)
         self.threads_before_import = os_thread_count()
         if self.role == "candidate" and init.get("source") is not None:
@@ -156,7 +159,7 @@ class ChildState:
         key = repr(sorted(sizes.items()))
         if key not in self._models:
             with self.problem.sizes(sizes):
-                what = "ModelNew" if self.role == "candidate" else "baseline"
+                what = "baseline" if self.role == "baseline" else "ModelNew"
                 model = self.problem.build(self.arm_cls, self.init_seed, what)
                 if len(self._models) > 4:
                     self._models.clear()
@@ -279,6 +282,7 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
 
 HANDLERS = {
     "outputs": h_outputs,
+    "build": h_build,
     "calibrate": h_calibrate,
     "configure": h_configure,
     "probe_graphs": h_probe_graphs,

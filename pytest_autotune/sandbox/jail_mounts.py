@@ -13,6 +13,9 @@ from pathlib import Path
 from . import linux
 from .jail_plan import JailError, JailPlan
 
+#: what hides a path: an empty file and an empty folder, staged in the view's own tmpfs over /run
+HIDDEN_FILE, HIDDEN_DIR = ".autotune-hidden", ".autotune-hidden-dir"
+
 
 def session_view(hide: tuple[str, ...], expose: tuple[str, ...] = ()) -> None:
     """A mount namespace for the zygote and its sandboxes: the interpreter reachable by the sandbox's uid, the
@@ -30,9 +33,9 @@ def session_view(hide: tuple[str, ...], expose: tuple[str, ...] = ()) -> None:
         stage = "/run" if os.path.isdir("/run") else None
         if stage:  # an empty tmpfs over /run: daemons' sockets are out of reach (a read-only mount allows connect)
             linux.mount("tmpfs", stage, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=64k,mode=755")
-            empty_file = os.path.join(stage, ".autotune-hidden")
+            empty_file = os.path.join(stage, HIDDEN_FILE)
             os.close(os.open(empty_file, os.O_CREAT | os.O_WRONLY, 0o444))
-            empty_dir = os.path.join(stage, ".autotune-hidden-dir")
+            empty_dir = os.path.join(stage, HIDDEN_DIR)
             os.mkdir(empty_dir, 0o555)
             for path in hide:
                 if os.path.isdir(path):
@@ -164,9 +167,32 @@ def sandbox_mounts(plan: JailPlan) -> None:
                         linux.mount(f"/proc/self/fd/{fd}", p, None, linux.MS_BIND | linux.MS_REC)
                         linux.mount(None, p, None, linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID)
                         os.close(fd)
+        if plan.view and plan.hide:
+            rehide(plan.hide)
         if "pid" in plan.namespaces:
             linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
         if plan.view:
             os.chdir("/tmp")
     except OSError as e:
         raise JailError("view", str(e)) from None
+
+
+def rehide(hide: tuple[str, ...], stage: str = "/run") -> None:
+    """In a sandbox's own mount namespace: hide each path of ``hide`` that exists now but was not there when the
+    session's view was made (the store's folder, created by the build cache after the zygote started in a session
+    that does not record), read-only like the rest of the view. A path already hidden is left as it is."""
+    empty_dir, empty_file = os.path.join(stage, HIDDEN_DIR), os.path.join(stage, HIDDEN_FILE)
+    try:
+        hidden = {(st.st_dev, st.st_ino) for st in (os.stat(empty_dir), os.stat(empty_file))}
+    except OSError:
+        return
+    for path in hide:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) in hidden:
+            continue
+        linux.mount(empty_dir if os.path.isdir(path) else empty_file, path, None, linux.MS_BIND)
+        linux.mount(None, path, None,
+                    linux.MS_BIND | linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)

@@ -21,13 +21,17 @@ _STORE_SIDECARS = ("", "-wal", "-shm", "-journal")
 
 def hidden_paths(db: Optional[Path]) -> tuple[str, ...]:
     """What the sandbox must not see: the store. Its folder when it is the plugin's own ``.autotune``, else the
-    database file and sqlite's files beside it (a folder the user chose may hold anything)."""
+    database file, sqlite's files beside it (a folder the user chose may hold anything) and the build cache's
+    folder (build/cache.py ``build_root``). A path created after the session's view (the build cache in a session
+    that does not record) is hidden in each sandbox's own view (jail_mounts.py ``rehide``)."""
     if db is None:
         return ()
     db = db.resolve()
     if db.parent.name == ".autotune":
         return (str(db.parent),)
-    return tuple(str(db) + s for s in _STORE_SIDECARS if Path(str(db) + s).exists() or s == "")
+    from ..build.cache import build_root
+
+    return tuple(str(db) + s for s in _STORE_SIDECARS) + (str(build_root(db)),)
 
 
 #: [sandbox].malloc = "reuse": glibc serves blocks up to 32 MiB from its heap and keeps freed memory, so a call's

@@ -13,6 +13,7 @@ zygote's client, a handle per sandbox, the kinds of failure) are in :mod:`.proce
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -127,7 +128,15 @@ class SandboxPool:
             self._zygote = Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan,
                                   wait=False)
 
-    def start(self, init: dict[str, Any], label: str = "sandbox") -> "Sandbox":
+    def start(self, init: dict[str, Any], label: str = "sandbox", memory_mb: Optional[int] = None,
+              max_processes: Optional[int] = None, limits_key: str = "[sandbox]") -> "Sandbox":
+        """A sandbox running ``init``'s arm. ``memory_mb``, ``max_processes``: limits of its own instead of the pool's
+        (the build sandbox's, from ``[build]``: ``limits_key`` names them in its errors), where a cgroup or the task
+        supervisor bounds it; the RSS watchdog applies them to its main process everywhere."""
+        memory_bytes = (memory_mb << 20) if memory_mb else self.memory_bytes
+        max_processes = max_processes or self.max_processes
+        if not self.plan.view:  # no private /tmp: compiled code's scratch folders go where close() removes them
+            init = {**init, "scratch": str(self.workdir)}
         self._count += 1
         log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -138,14 +147,14 @@ class SandboxPool:
                 pid, zpid, listener = z.fork(theirs.fileno(), log)
                 handle: Handle = ZygoteHandle(pid, z, zpid)
                 if listener is not None and self.limiter is not None:
-                    self.limiter.add(listener, pid, self.max_processes)
+                    self.limiter.add(listener, pid, max_processes)
                     handle.listener = listener
                 elif listener is not None:  # nobody to answer it: the sandbox's new tasks fail with ENOSYS
                     os.close(listener)
                 if self.cgroups is not None:
                     # before the sandbox reads its first command: every process it starts is counted and limited
                     try:
-                        group = self.cgroups.create()
+                        group = self.cgroups.create(memory_bytes, max_processes)
                         group.add(pid)
                     except OSError as e:
                         handle.kill()
@@ -166,7 +175,8 @@ class SandboxPool:
                 handle = PopenHandle(proc)
         finally:
             theirs.close()
-        box = Sandbox(Channel(ours), handle, log, self, group)
+        box = Sandbox(Channel(ours), handle, log, self, group, memory_bytes=memory_bytes, max_processes=max_processes,
+                      limits_key=limits_key)
         box.hello = box.request(init, timeout=self.start_timeout_s + self.timeout_s, phase="load")
         return box
 
@@ -186,6 +196,8 @@ class SandboxPool:
             self.cgroups = None
         if self.limiter is not None:
             self.limiter.close()
+        for scratch in self.workdir.glob("autotune-buil*"):  # compiled code's folders (sandbox/child_build.py)
+            shutil.rmtree(scratch, ignore_errors=True)
         _drop_empty_logs(self.workdir)
 
 
@@ -210,8 +222,12 @@ class Sandbox:
     """One isolated process. Use as a context manager; :meth:`close` always kills and reaps it."""
 
     def __init__(self, chan: Channel, handle: Handle, log: Path, pool: SandboxPool,
-                 cgroup: Optional[SandboxCgroup] = None) -> None:
+                 cgroup: Optional[SandboxCgroup] = None, memory_bytes: Optional[int] = None,
+                 max_processes: Optional[int] = None, limits_key: str = "[sandbox]") -> None:
         self.chan = chan
+        self.memory_bytes = memory_bytes or pool.memory_bytes
+        self.max_processes: int = max_processes or int(getattr(pool, "max_processes", 0) or 0)
+        self.limits_key = limits_key
         self.handle = handle
         self.log = log
         self.pool = pool
@@ -244,8 +260,8 @@ class Sandbox:
         st = self.handle.status(2.0)
         if self.cgroup is not None and self.cgroup.oom_killed():
             return SandboxFailure(
-                "memory", f"the sandbox went over the protocol's limit of {self.pool.memory_bytes / 2**20:.0f} MiB "
-                f"([sandbox].memory_mb, its cgroup's memory limit) during {phase} and the kernel killed it",
+                "memory", f"the sandbox went over the protocol's limit of {self.memory_bytes / 2**20:.0f} MiB "
+                f"({self.limits_key}.memory_mb, its cgroup's memory limit) during {phase} and the kernel killed it",
                 tail(self.log))
         return SandboxFailure("crash", f"the sandbox died during {phase} ({describe_status(st)})", tail(self.log))
 
@@ -258,20 +274,20 @@ class Sandbox:
     def _watchdog(self) -> None:
         if self.pool.watch_tasks:
             n = tasks(self.handle.pid)
-            if n > self.pool.max_processes:
+            if n > self.max_processes:
                 self.handle.kill()
                 raise SandboxFailure(
                     "processes", f"the sandbox ran {n} processes and threads, over the protocol's "
-                    f"{self.pool.max_processes} ([sandbox].max_processes); it was killed (the controller's watchdog: "
+                    f"{self.max_processes} ({self.limits_key}.max_processes); it was killed (the controller's watchdog: "
                     "nothing on this machine bounds a sandbox's tasks, docs/threat-model.md)", tail(self.log))
         rss = rss_bytes(self.handle.pid)
         self.peak_rss = max(self.peak_rss, rss)
-        if rss > self.pool.memory_bytes:
+        if rss > self.memory_bytes:
             self.handle.kill()
             raise SandboxFailure(
                 "memory",
                 f"sandbox used {rss / 2**20:.0f} MiB, over the protocol's limit of "
-                f"{self.pool.memory_bytes / 2**20:.0f} MiB ([sandbox].memory_mb); it was killed",
+                f"{self.memory_bytes / 2**20:.0f} MiB ({self.limits_key}.memory_mb); it was killed",
                 tail(self.log),
             )
 
@@ -300,11 +316,11 @@ class Sandbox:
                 # slowly: 1.5 GB took over 6 s)
                 raise SandboxFailure(
                     "memory", f"no answer within {timeout:.0f} s during {phase}, with the sandbox at the protocol's "
-                    f"limit of {self.pool.memory_bytes / 2**20:.0f} MiB ([sandbox].memory_mb, its cgroup's memory "
+                    f"limit of {self.memory_bytes / 2**20:.0f} MiB ({self.limits_key}.memory_mb, its cgroup's memory "
                     "limit); it was killed", tail(self.log)) from None
             raise SandboxFailure(
                 "timeout", f"no answer within {timeout:.0f} s during {phase} "
-                "([sandbox].timeout_s); the sandbox was killed", tail(self.log)) from None
+                f"({self.limits_key}.timeout_s); the sandbox was killed", tail(self.log)) from None
         except PeerGone:
             raise self._crash(phase) from None
         except WireError as e:

@@ -65,7 +65,10 @@ class Pair:
         def cls_for(name: str, folder: str) -> type:
             if name in ("reference", "reference-aa"):
                 return self.problem.module.Model
-            return load_class(SourceFile.read(root / folder / stem / f"{name}.py"), "ModelNew", folder)
+            path = root / folder / stem / f"{name}.py"
+            if not path.exists():  # a CUDA-only candidate (candidates/<problem>/cuda/: CUDA C++, Triton)
+                path = root / folder / stem / "cuda" / f"{name}.py"
+            return load_class(SourceFile.read(path), "ModelNew", folder)
 
         with self.problem.sizes(self.sizes):
             self.base = self.problem.build(cls_for(baseline, "baselines"), INIT_SEED, "baseline").to(DEVICE)

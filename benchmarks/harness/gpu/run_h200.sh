@@ -4,6 +4,8 @@
 #   bash benchmarks/harness/gpu/run_h200.sh MODE [OUT_DIR]      # results under OUT_DIR (default /tmp/h200-out)
 #
 #   smoke      ~3 min: CUDA unit tests (IPC included), GPU cheats, one timed item and the 4 us A/A yardstick, jail
+#   compiled   the CUDA C++ and Triton candidates: built once, measured, do_bench of the same modules, a second
+#              session on the warm build cache; the build tests and the GPU cheats
 #   units      the CUDA unit tests alone (IPC, device, head start, outputs by handle)
 #   headstart  ~3-4 min: where the compiled arms' fixed cost per sample goes with the head start, outside the
 #              sandboxes (head_start_probe.py -> headstart.json): the nine anchors and 09/12, hold off and on,
@@ -157,6 +159,20 @@ smoke)
   K="${K:-aa_relu_4us or (02_relu and relu)}" RUN_TIMEOUT="${RUN_TIMEOUT:-240}" suite smoke
   [ -f "$HERE/jail_check.py" ] && run timeout 120 python3 "$HERE/jail_check.py" --quick --json "$RESULTS/jail.json"
   python3 "$HERE/summarize.py" "$RESULTS" smoke 2>>"$LOG"
+  ;;
+compiled)
+  # the compiled candidates (candidates/<problem>/cuda/: CUDA C++ and Triton; docs/guide/compiled-candidates.md): each
+  # built once in its build sandbox and measured, beside do_bench of the same module; a second session over the same
+  # build cache builds nothing; then the build tests and the GPU cheats (KernelBench's adversarial kernels in CUDA C++)
+  CK="${K:-relu_cuda or softmax_cuda or layer_norm_cuda or softmax_triton}"
+  K="$CK" suite compiled1 --autotune-db=/tmp/compiled.db
+  K="$CK" suite compiled2 --autotune-db=/tmp/compiled.db
+  [ "${SKIP_DOBENCH:-0}" = 1 ] || run timeout 200 python3 "$HERE/outside_timers.py" dobench --rotate 0 --pin-main --synced \
+    --report "$RESULTS/compiled1.json" --out "$RESULTS/dobench-compiled1.json"
+  run timeout 500 python3 -m pytest -p no:cacheprovider -q -rs tests/test_build_e2e.py tests/test_cheat_catalog.py \
+    -k "cuda_and_triton or gpu_cheat" -s --junitxml="$RESULTS/compiled_tests.xml"
+  grep -E "passed|failed|error" "$LOG" | tail -4
+  python3 "$HERE/summarize.py" "$RESULTS" compiled1 2>>"$LOG"
   ;;
 full)
   suite run1

@@ -28,6 +28,7 @@ class IterationOutcome:
     candidate_s: Optional[float] = None
     baseline_s: Optional[float] = None
     artifact: Optional[str] = None  # the candidate's code (or flag set as JSON), for the best-so-far excerpt
+    build_log: str = ""  # a build that failed: the compilers' output (the report's details.build.log)
 
     @property
     def usable(self) -> bool:
@@ -50,6 +51,19 @@ class IterationOutcome:
         return head + f"{self.verdict.upper()} by the {self.gate} gate: {why}"
 
 
+    def compiler_output(self) -> str:
+        """For the prompt: the compilers' messages of a build that failed (their commands left out), or ""."""
+        if self.gate != "build" or not self.build_log:
+            return ""
+        from ...build.compiler_log import excerpt
+
+        return f"\n  The compiler's output:\n```text\n{excerpt(self.build_log, LOG_CHARS)}\n```"
+
+
+#: how much of a failed build's output the prompt repeats
+LOG_CHARS = 2000
+
+
 def from_report(report: Path, problem: str, name: str, iteration: int, artifact: Optional[str],
                 rc: int) -> IterationOutcome:
     """The outcome of candidate ``name`` in a measuring session's JSON report."""
@@ -66,11 +80,13 @@ def from_report(report: Path, problem: str, name: str, iteration: int, artifact:
 
 def _outcome(item: dict[str, Any], iteration: int, name: str, artifact: Optional[str]) -> IterationOutcome:
     ci = item.get("ci")
+    build = (item.get("details") or {}).get("build") or {}
     return IterationOutcome(
         iteration, name, str(item.get("verdict")), item.get("gate"), str(item.get("reason") or ""),
         item.get("speedup") if item.get("verdict") == "accepted" else None,
         (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 and None not in ci else None,
-        item.get("baseline"), item.get("candidate_s"), item.get("baseline_s"), artifact)
+        item.get("baseline"), item.get("candidate_s"), item.get("baseline_s"), artifact,
+        str(build.get("log") or "") if item.get("gate") == "build" else "")
 
 
 def best(history: Sequence[IterationOutcome]) -> Optional[IterationOutcome]:

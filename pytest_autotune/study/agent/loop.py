@@ -171,7 +171,7 @@ class AgentSearch:
             return outcomes[last["name"]]
         o = outcomes[measured["name"]]
         return IterationOutcome(o.iteration, o.name, o.verdict, o.gate, o.reason, o.speedup, o.ci, o.baseline,
-                                o.candidate_s, o.baseline_s, artifact)
+                                o.candidate_s, o.baseline_s, artifact, o.build_log)
 
     def _summary(self, spent: TokenCount) -> None:
         self.say("")

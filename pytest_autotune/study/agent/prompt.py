@@ -28,6 +28,12 @@ tries adversarial probes (other values, shapes and memory layouts). Then it time
 rounds on the same inputs, against the strongest frozen baseline: the fastest of the reference `Model` and the \
 declared baselines. The result is a speedup with a 95% confidence interval.
 
+{forms} Compiled code is built once per candidate, before \
+correctness, in a sandbox of its own: call `load_inline` (or `load`) while the module is imported, the model is \
+built or it first runs, with the same arguments in every process. A candidate that does not build is refused with \
+the compiler's first error (the build gate), and the next prompt shows the compiler's output; no compiler runs \
+after the build.
+
 Refused, however fast: outputs that are wrong or computed at a lower precision; returning an input, or a cached \
 or precomputed answer; writing to the inputs; work still running after `forward` returns (threads, streams); \
 touching timers, the harness, files or the network; patching torch. A speedup above 10x is quarantined until a \
@@ -52,10 +58,24 @@ values, each one of that flag's listed choices. A flag outside the space, or a v
 measured. The reply is cut off at {max_tokens} tokens, and a reply that is cut off is not measured."""
 
 
+#: the forms a candidate may take, by the device the item is measured on
+FORMS = {
+    "cpu": "On the cpu a candidate may be plain PyTorch, or C++ compiled through "
+           "`torch.utils.cpp_extension.load_inline` (`cpp_sources`; CPU code, e.g. `extra_cflags=[\"-O3\"]`).",
+    "cuda": "On cuda a candidate may be plain PyTorch, CUDA C++ compiled through "
+            "`torch.utils.cpp_extension.load_inline` (`cuda_sources`, with `cpp_sources` declaring the functions it "
+            "binds), or Triton kernels (`@triton.jit`, launched from `forward`).",
+}
+
+
+def forms(device: str) -> str:
+    return FORMS.get(device, f"On {device} a candidate is plain PyTorch; nothing is compiled.")
+
+
 def _history(history: Sequence[IterationOutcome], lang: str) -> str:
     if not history:
         return "None yet: this is the first iteration."
-    lines = [f"- {h.describe()}" for h in history]
+    lines = [f"- {h.describe()}{h.compiler_output()}" for h in history]
     b = best(history)
     if b is not None:
         lines.append("")
@@ -89,7 +109,8 @@ def kernel_messages(*, problem: Path, problem_rel: str, device: str, baselines: 
               "outcome.", "", "# Your earlier iterations on this problem", _history(history, "python"), "",
               "# Now", _now(history, iteration, position, budget, "Write a correct `ModelNew`",
                                     "the strongest frozen baseline")]
-    return [{"role": "system", "content": KERNEL_SYSTEM.format(marker=MARKER, max_tokens=max_tokens)},
+    return [{"role": "system", "content": KERNEL_SYSTEM.format(marker=MARKER, max_tokens=max_tokens,
+                                                               forms=forms(device))},
             {"role": "user", "content": "\n".join(parts)}]
 
 

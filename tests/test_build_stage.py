@@ -1,0 +1,162 @@
+"""The build stage's controller side against a scripted build sandbox (no compiler, no GPU): what each answer of
+the sandbox becomes -- a cached build handed to the candidate's later sandboxes only, a Triton kernel that does not
+compile, built objects over the protocol's limit, a candidate that raised before its build was complete, a sandbox
+that hung -- and a cache hit that starts no sandbox."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import pytest
+import torch
+
+from pytest_autotune.build.cache import BuildCache
+from pytest_autotune.build.stage import BuildStage
+from pytest_autotune.gates.base import GateOutcome
+from pytest_autotune.measure.memory import UNBUDGETED
+from pytest_autotune.problems.model import SourceFile
+from pytest_autotune.protocol import PACKAGED_PROTOCOL, load_protocol
+from pytest_autotune.sandbox.runner import SandboxFailure
+
+TRITON_SOURCE = b"import triton\nimport triton.language as tl\nclass ModelNew: ...\n"
+
+
+class FakeBox:
+    def __init__(self, reply: Any) -> None:
+        self.hello = {"ok": True}
+        self.reply = reply
+        self.chan = SimpleNamespace(stats=SimpleNamespace(as_dict=lambda: {}))
+        self.sent: list = []
+
+    def __enter__(self) -> "FakeBox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def request(self, msg: dict, timeout: Optional[float] = None, phase: str = "") -> dict:
+        self.sent.append((msg, timeout))
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+
+class FakePool:
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+        self.started: list = []
+
+    def start(self, init: dict, label: str = "", **limits: Any) -> FakeBox:
+        self.started.append((init, label, limits))
+        return FakeBox(self.reply)
+
+
+class Stage(BuildStage):
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def _init(self, problem_src, sizes, init_seed, role, source, class_name) -> dict:
+        return {"role": role, "build": self.build_payload(problem_src, role, source)}
+
+    def _refused(self, item, refused: GateOutcome):
+        return SimpleNamespace(outcome=SimpleNamespace(verdict=refused.verdict, gate=refused.gate,
+                                                       reason=refused.reason))
+
+
+def _env(tmp_path: Path, reply: Any) -> SimpleNamespace:
+    return SimpleNamespace(pool=FakePool(reply), protocol=load_protocol(PACKAGED_PROTOCOL),
+                           device=SimpleNamespace(framework="torch", fingerprint=lambda: {}),
+                           device_spec=SimpleNamespace(name="cpu"), build_root=tmp_path / "build", builds={},
+                           lock=SimpleNamespace(shared=contextlib.nullcontext))
+
+
+def _item(source: bytes = TRITON_SOURCE) -> SimpleNamespace:
+    ctx = SimpleNamespace(details={}, warnings=[], seeds=SimpleNamespace(seed=lambda purpose, i=0: 7),
+                          memory=UNBUDGETED, evidence=SimpleNamespace(as_json=lambda: {}), candidate_sha256=None,
+                          timing=None)
+    spec = SimpleNamespace(item_key="p|c|cpu", nodeid="x::c[cpu]", candidate=SimpleNamespace(class_name="ModelNew",
+                           name="c"), problem=SimpleNamespace(name="p"), device="cpu")
+    return SimpleNamespace(spec=spec, ctx=ctx, cand_src=SourceFile(Path("c.py"), source, "c" * 64),
+                           problem_src=SourceFile(Path("p.py"), b"", "p" * 64), sizes={"n": 4}, init_seed=1, boxes={},
+                           free_at_start=None, started=0.0)
+
+
+def _u8(data: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _reply(**kw: Any) -> dict:
+    return {"ok": True, "calls": [], "failures": [], "files": {}, "bytes": 0, "raised": None, "trace": "",
+            "triton_failed": False, "triton_root": "/tmp/autotune-build-x/triton", "triton": "3.5.0",
+            "seconds": 1.5, **kw}
+
+
+def test_a_triton_build_is_cached_and_goes_to_the_candidates_sandboxes_only(tmp_path: Path) -> None:
+    files = {"triton/ABC/_softmax_rows.cubin": _u8(b"\x01cubin"), "triton/ABC/__grp___softmax_rows.json": _u8(b"{}")}
+    env = _env(tmp_path, _reply(files=files, bytes=8))
+    stage, item = Stage(env), _item()
+    assert stage.build(item) is None
+    (init, label, limits), = env.pool.started
+    assert init["role"] == "build" and init["build"] is None and label == "p|c|cpu-build"
+    assert limits == {"memory_mb": 8192, "max_processes": 512, "limits_key": "[build]"}
+    info = item.ctx.details["build"]
+    assert info["cache"] == "miss" and info["compiler"].endswith("triton 3.5.0") and info["build_seconds"] == 1.5
+    payload = stage.build_payload(item.problem_src, "candidate", item.cand_src)
+    assert payload is not None and bytes(payload["files"]["triton/ABC/_softmax_rows.cubin"].numpy()) == b"\x01cubin"
+    assert stage.build_payload(item.problem_src, "baseline", item.cand_src) is None
+    entry = BuildCache(tmp_path / "build").load(info["key"])
+    assert entry is not None and entry.manifest["triton_root"] == "/tmp/autotune-build-x/triton"
+    again = Stage(_env(tmp_path, AssertionError("no build sandbox on a hit")))
+    item2 = _item()
+    assert again.build(item2) is None and item2.ctx.details["build"]["cache"] == "hit"
+    assert again.env.pool.started == []
+
+
+def test_what_the_build_refuses(tmp_path: Path) -> None:
+    triton = _reply(triton_failed=True, raised="CompilationError: at 3:4: NameError('blockIdy') (at /x/c.py:9)",
+                    trace="Traceback ...\ntriton.compiler.errors.CompilationError: at 3:4:")
+    v = Stage(_env(tmp_path, triton)).build(_item())
+    assert (v.outcome.verdict, v.outcome.gate) == ("rejected", "build")
+    assert v.outcome.reason.startswith("Triton could not compile a kernel: CompilationError: at 3:4")
+    big = _reply(files={"triton/a": _u8(b"x")}, bytes=600 << 20)
+    v = Stage(_env(tmp_path, big)).build(_item())
+    assert v.outcome.gate == "build" and "over the protocol's 512 MiB ([build].max_artifact_mb)" in v.outcome.reason
+    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir())  # nothing refused is kept
+
+
+def test_a_build_cut_short_by_the_candidate_is_used_but_not_cached(tmp_path: Path) -> None:
+    env = _env(tmp_path, _reply(raised="RuntimeError: boom (at c.py:3)"))
+    item = _item(b"from torch.utils.cpp_extension import load_inline\n")
+    assert Stage(env).build(item) is None
+    assert item.ctx.details["build"]["raised"] == "RuntimeError: boom (at c.py:3)"
+    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir())
+
+
+def test_a_plain_candidate_has_no_build_stage_and_a_hung_build_is_an_error(tmp_path: Path) -> None:
+    env = _env(tmp_path, AssertionError("never started"))
+    plain = _item(b"import torch\nclass ModelNew: ...\n")
+    assert Stage(env).build(plain) is None and "build" not in plain.ctx.details and env.pool.started == []
+    hung = Stage(_env(tmp_path, SandboxFailure("timeout", "no answer within 600 s during build ([build].timeout_s)")))
+    v = hung.build(_item())
+    assert (v.outcome.verdict, v.outcome.gate) == ("error", "build") and "[build].timeout_s" in v.outcome.reason
+
+
+@pytest.mark.parametrize("source", [b"import triton\n", b"from torch.utils import cpp_extension\n"])
+def test_the_build_request_carries_the_protocols_budget(tmp_path: Path, source: bytes) -> None:
+    box_reply = _reply()
+    env = _env(tmp_path, box_reply)
+    boxes: list = []
+    start = env.pool.start
+
+    def record(init: dict, label: str = "", **limits: Any) -> FakeBox:
+        box = start(init, label, **limits)
+        boxes.append(box)
+        return box
+
+    env.pool.start = record
+    Stage(env).build(_item(source))
+    (msg, timeout), = boxes[0].sent
+    assert msg["cmd"] == "build" and msg["seed"] == 7 and msg["max_bytes"] == 512 << 20 and timeout == 600.0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 import pytest
 
+from .device_choice import device_options, sandbox_cpus
 from .errors import AutotuneUsageError
 from .keys import WORKER_INPUT_KEY, WORKER_OUTPUT_KEY
 from .measure.devices.spec import DeviceSpec
@@ -159,17 +160,7 @@ class AutotuneSession:
         return int(wid) if wid.isdigit() else 0
 
     def _device_options(self) -> dict:
-        memory = {"memory_bytes": self.opts.device_memory} if self.opts.device_memory else {}
-        if self.opts.device == "cuda":
-            c = self.protocol.devices.cuda
-            return {"l2_flush_factor": c.l2_flush_factor, "graph_below_s": c.graph_below_s,
-                    "head_start": c.head_start, "head_start_max_s": c.head_start_max_s,
-                    "process_overhead_bytes": self.protocol.memory.process_overhead_mb << 20, **memory}
-        if self.opts.device == "cpu":
-            cpu = self.protocol.devices.cpu
-            return {"cache_flush_factor": cpu.cache_flush_factor, "placement_span_kib": cpu.placement_span_kib,
-                    "llc_flush_factor": cpu.llc_flush_factor, **memory}
-        return memory
+        return device_options(self.protocol, self.opts.device, self.opts.device_memory)
 
     def _open_store(self, prestart: bool = False) -> None:
         from .store import ResultStore
@@ -278,15 +269,7 @@ class AutotuneSession:
         return self._flow
 
     def _sandbox_cpus(self) -> Optional[list[int]]:
-        """[timing].pin = "same-cpu": the main threads of both sandboxes of an item share one CPU, so neither arm
-        gets a quieter core (the controller keeps the last allowed CPU for them; xdist worker gwN: the N-th from the
-        end). Only the main thread: on a GPU the runtime's own threads must stay free (confining them with it
-        slowed launch-bound calls on an H200), and unpinned main threads moved an A/A by 0.5% there
-        (docs/results-h200.md)."""
-        if self.protocol.timing.pin != "same-cpu" or not hasattr(os, "sched_getaffinity"):
-            return None
-        allowed = sorted(os.sched_getaffinity(0))
-        return [allowed[-1 - (self.worker_number() % len(allowed))]]
+        return sandbox_cpus(self.protocol, self.worker_number())
 
     def _worker_id(self) -> Optional[str]:
         return str(self.config.workerinput.get("workerid")) if self.is_worker else None  # type: ignore[attr-defined]

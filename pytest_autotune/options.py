@@ -29,6 +29,8 @@ class Options:
     remeasure: Optional[str] = None
     plots: Optional[Path] = None
     device_memory: Optional[int] = None
+    #: --autotune-pairs: pairs of processes per item instead of the protocol's (None: the protocol's)
+    pairs: Optional[int] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -55,4 +57,5 @@ class Options:
             remeasure=g("autotune_remeasure"),
             plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
             device_memory=g("autotune_device_memory"),
+            pairs=g("autotune_pairs"),
         )

@@ -63,6 +63,14 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _pairs(value: str) -> int:
+    import argparse
+
+    if not value.isdigit() or not 1 <= int(value) <= 1000:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of pairs of processes from 1 to 1000")
+    return int(value)
+
+
 def _seed(value: str) -> int:
     import argparse
 
@@ -104,6 +112,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "otherwise refuse to record and name the files.")
     g.addoption("--autotune-probe-seed", dest="autotune_probe_seed", default=None, type=_seed, metavar="N",
                 help="replay the hypothesis cheat probes with this seed (printed when a probe fails).")
+    g.addoption("--autotune-pairs", dest="autotune_pairs", default=None, type=_pairs, metavar="N",
+                help="time every item in N pairs of processes, each with the protocol's budget of one pair "
+                     "([timing].item_budget_s / [timing].process_pairs): more pairs narrow the CI, at that many "
+                     "times the timing (docs/guide/precision.md). Recorded in the run's provenance.")
     g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
                      "GPU with other work, or give the CPU a device memory so that memory planning can be tried "

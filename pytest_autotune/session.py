@@ -227,6 +227,7 @@ class AutotuneSession:
             "nonce_sha256": nonce_commitment(self.nonce), "cpu_threads": self.protocol.timing.cpu_threads,
             "modification_surface": self.surface,
             "isolation": self.sandbox_pool().plan.provenance(),
+            "process_pairs": self.opts.pairs,
         }
         keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
         try:
@@ -268,7 +269,7 @@ class AutotuneSession:
                 item_provenance=lambda facts: collect(keys, "item", {**facts, "worker": self._worker_id()}),
                 lock=DeviceLock(self.device.lock_key),
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
-                cpus=self._sandbox_cpus(),
+                cpus=self._sandbox_cpus(), process_pairs=self.opts.pairs,
             )
             self._flow = KernelFlow(env)
         return self._flow

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -58,7 +59,11 @@ def bars(summary: dict[str, Any], b: "BarsSection") -> list[dict[str, Any]]:
 
 
 def build_report(snap: "SessionSnapshot") -> dict[str, Any]:
+    from .precision import session_precision
+
     summary = summarize(snap.outcomes, snap.protocol.bars.fast_p_thresholds, snap.measuring)
+    precision = session_precision(snap)
+    summary["precision"] = None if precision is None else {**dataclasses.asdict(precision), "line": precision.line()}
     return {
         "schema": SCHEMA_ID,
         "run": snap.run,

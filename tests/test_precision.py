@@ -11,8 +11,8 @@ from statistics import NormalDist
 import pytest
 
 from pytest_autotune.report.precision import (
-    C,
     SPREAD,
+    C,
     PrecisionModel,
     pair_sd_from,
     summarize_precision,

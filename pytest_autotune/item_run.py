@@ -1,5 +1,5 @@
 """An item's run as the flow gathers it, and what it becomes: the measurement, the details the report shows and the
-frozen result row (docs/architecture.md, "The flow"). ``flow.py`` drives the stages; this module holds their
+frozen result row (docs/architecture.md#the-flow). ``flow.py`` drives the stages; this module holds their
 values and turns them into records."""
 
 from __future__ import annotations

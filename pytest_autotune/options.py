@@ -1,4 +1,4 @@
-"""The plugin's command-line options, read once into a typed record (docs/architecture.md, "Session")."""
+"""The plugin's command-line options, read once into a typed record (docs/architecture.md#modules-one-job-each)."""
 
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
                      "GPU with other work, or give the CPU a device memory so that memory planning can be tried "
                      "there (docs/architecture.md, 'Memory planned per device').")
-    # studies (docs/studies.md)
+    # studies (docs/guide/studies.md)
     g.addoption("--study", dest="autotune_study", default=None, metavar="NAME",
                 help="attach every item's result or refusal to study NAME (with --arm, and --iteration).")
     g.addoption("--arm", dest="autotune_arm", default=None, metavar="NAME", help="the study arm of these items.")
@@ -139,7 +139,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "trajectories).")
     from .ci.options import add_options as add_ci_options
 
-    add_ci_options(g)  # --autotune-compare, --autotune-fail-on, --autotune-fail-margin, --autotune-md (docs/ci.md)
+    add_ci_options(g)  # --autotune-compare, --autotune-fail-on, --autotune-fail-margin, --autotune-md (docs/guide/ci.md)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -154,7 +154,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(XdistHooks(), "autotune-xdist")
     from .ci.plugin import register as register_ci
 
-    register_ci(config)  # before the session: it checks the stored run before the run begins (docs/ci.md)
+    register_ci(config)  # before the session: it checks the stored run before the run begins (docs/guide/ci.md)
     try:
         session = AutotuneSession(config)
     except AutotuneUsageError as e:
@@ -208,7 +208,7 @@ _FREEZE_AT_EXIT: list[bool] = []
 def _freeze_heap_at_exit() -> None:
     """Once per process: ``gc.freeze()`` when the interpreter exits (an atexit handler: never in a process that
     goes on after ``pytest.main``). The collector's final passes then skip the heap built so far (torch's: ~0.5 s
-    of a ~0.9 s exit here, docs/harness.md "suite-time-4"). Everything this plugin must write is written and closed
+    of a ~0.9 s exit here, docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431). Everything this plugin must write is written and closed
     before: the store and the JSON report at sessionfinish, the sandboxes at unconfigure; the other atexit
     handlers still run, and refcounted objects are still freed."""
     if not _FREEZE_AT_EXIT:
@@ -341,7 +341,7 @@ class BrokenFileItem(pytest.Item):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Anchors get the ``anchor`` marker (and run only when ``-m`` names it); a search manifest or a re-measure
-    selects its own items (docs/studies.md)."""
+    selects its own items (docs/guide/studies.md)."""
     s = config.stash.get(SESSION_KEY, None)
     if s is None:
         return

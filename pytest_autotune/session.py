@@ -77,7 +77,7 @@ class AutotuneSession:
         if self.opts.remeasure and not self.opts.measuring:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         self.recorder: Recorder
-        self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/ci.md)
+        self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/guide/ci.md)
         early = self._runs_items_here()
         if early and (self.is_worker or not self.opts.measuring):
             self.prestart_sandboxes()  # before this process imports torch (collection): see there
@@ -146,7 +146,7 @@ class AutotuneSession:
 
     def _device_index(self) -> int:
         """Under xdist on a host with several devices of the kind (GPUs), worker gwN owns index N mod their count:
-        its device object, golden outputs, sandboxes and timing lock all use it (docs/xdist.md)."""
+        its device object, golden outputs, sandboxes and timing lock all use it (docs/guide/parallel.md)."""
         if not self.is_worker:
             return 0
         return self.worker_number() % max(self.device_spec.load().count(), 1)
@@ -193,7 +193,7 @@ class AutotuneSession:
                 self.releases[(q["problem"], q["candidate_sha256"])] = int(rel["id"])
 
     def _load_origins(self) -> None:
-        """The held-out leg links each result to the result it retests (docs/heldout.md: the transfer ratio)."""
+        """The held-out leg links each result to the result it retests (docs/guide/heldout.md: the transfer ratio)."""
         if self.framework != "mlx":
             return
         from .study.transfer import OriginIndex, origin_reports
@@ -279,7 +279,7 @@ class AutotuneSession:
         gets a quieter core (the controller keeps the last allowed CPU for them; xdist worker gwN: the N-th from the
         end). Only the main thread: on a GPU the runtime's own threads must stay free (confining them with it
         slowed launch-bound calls on an H200), and unpinned main threads moved an A/A by 0.5% there
-        (docs/results-h200.md)."""
+        (docs/results/h200.md)."""
         if self.protocol.timing.pin != "same-cpu" or not hasattr(os, "sched_getaffinity"):
             return None
         allowed = sorted(os.sched_getaffinity(0))
@@ -293,7 +293,7 @@ class AutotuneSession:
         return self._pool.plan.provenance() if self._pool is not None else None
 
     def sandbox_pool(self) -> "SandboxPool":
-        """The pool of sandboxes, and with it the jail they run in (decided on first use: docs/threat-model.md)."""
+        """The pool of sandboxes, and with it the jail they run in (decided on first use: docs/design/threat-model.md)."""
         if self._pool is None:
             from .sandbox.jail_session import make_pool
 

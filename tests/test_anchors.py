@@ -1,4 +1,4 @@
-"""The shipped anchors (benchmarks/kernels/anchors, docs/anchors.md) are what they say they are, and the anchor
+"""The shipped anchors (benchmarks/kernels/anchors, docs/guide/anchors.md) are what they say they are, and the anchor
 verdicts follow their rules."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pytest_autotune.study.registry import RegistryError
 REPO = Path(__file__).resolve().parents[1]
 ANCHORS = REPO / "benchmarks" / "kernels" / "anchors"
 ENTRIES = parse_anchors(ANCHORS / "anchors.toml")
-#: what the brief asked for, read from KernelBench's timing files (docs/anchors.md)
+#: what the brief asked for, read from KernelBench's timing files (docs/guide/anchors.md)
 BRIEF = {"kb-l1-40-layernorm": 17.6, "kb-l1-36-rmsnorm": 1.81, "kb-l1-23-softmax": 1.30,
          "kb-l1-88-mingpt-gelu": 7.7, "kb-l1-19-relu": 0.98, "kb-l1-63-conv2d": 0.56}
 

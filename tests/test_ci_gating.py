@@ -1,9 +1,9 @@
-"""CI gating of kernel PRs (issue 12, docs/ci.md), end to end through pytester: a stored run, a committed baseline
+"""CI gating of kernel PRs (issue 12, docs/guide/ci.md), end to end through pytester: a stored run, a committed baseline
 exported from it, an unchanged re-run that passes the gate, a slower candidate that fails it, a refused candidate,
 new and missing items, the Markdown summary, junitxml properties and the refusals across protocols and devices.
 
 The e2e gate runs use a 25% margin: these tests must never fail on a correct program, and an unchanged re-run on
-this shared machine is an A/A comparison whose false-alarm rate at margin 0 is measured (not assumed) in docs/ci.md.
+this shared machine is an A/A comparison whose false-alarm rate at margin 0 is measured (not assumed) in docs/guide/ci.md.
 The slow candidate is 3-5x slower than the stored one here, so a 25% margin cannot hide it. Sessions that time
 nothing (refusals before the run, collection, correctness only) run in this process (tests/conftest.py)."""
 

@@ -2,7 +2,7 @@
 "reuse" malloc settings, a round's inputs and outputs move from round to round, and when a round starts every page
 of the heap is resident (written by the prefault), so that a call faults only where the round grows the heap past
 it. How many faults are left is a property of the allocator's fragmentation, measured rather than asserted here
-(docs/harness.md, "Fresh placements")."""
+(docs/design/protocol.md#fresh-placements)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Studies end to end through pytester (fresh pytest and autotune processes, a git repository): a registered
 study of a seeded random search against a fixed candidate list, an identical-arms study, an edited registration,
-re-measurement, the session's plots, and the shipped anchors in their CPU dry run (docs/studies.md,
-docs/anchors.md). Each pytest session costs 10-30 s on this 2-core machine, so one test walks the whole story."""
+re-measurement, the session's plots, and the shipped anchors in their CPU dry run (docs/guide/studies.md,
+docs/guide/anchors.md). Each pytest session costs 10-30 s on this 2-core machine, so one test walks the whole story."""
 
 from __future__ import annotations
 

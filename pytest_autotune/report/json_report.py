@@ -1,4 +1,4 @@
-"""The JSON report (schema ``pytest-autotune/report/1``, documented in docs/report.md and validated against
+"""The JSON report (schema ``pytest-autotune/report/1``, documented in docs/reference/report.md and validated against
 ``report.schema.json`` shipped beside this module)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The session's side of the jail: build the sandbox pool with the protocol's isolation, refuse or warn once,
-and the ``isolation`` provenance key of every run and every result (docs/threat-model.md, "The jail")."""
+and the ``isolation`` provenance key of every run and every result (docs/design/threat-model.md#the-jail)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,6 @@ def isolation_keys(config: Any) -> list[ProvenanceKey]:
 
     return [
         ProvenanceKey("isolation", "run", dict, "the sandbox jail of this run: level, identity, namespaces, view, "
-                      "limits, seccomp, what is missing (docs/threat-model.md)", lambda c: c.get("isolation")),
+                      "limits, seccomp, what is missing (docs/design/threat-model.md)", lambda c: c.get("isolation")),
         ProvenanceKey("isolation", "item", dict, "the sandbox jail this result was measured in", collect),
     ]

@@ -1,4 +1,4 @@
-"""Where the anchors' ratios and triton's ``do_bench`` differ, per arm and per sample (issue 25, docs/anchors.md).
+"""Where the anchors' ratios and triton's ``do_bench`` differ, per arm and per sample (issue 25, docs/guide/anchors.md).
 
     python3 benchmarks/harness/gpu/anchor_gap.py --pair REPORT.json OUTSIDE.json [--pair ...] [--synced SYNCED.json]
                                                  [--constant-us 240] [--json OUT.json]

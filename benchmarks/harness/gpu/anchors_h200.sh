@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The external anchors (benchmarks/kernels/anchors, docs/anchors.md) on a CUDA GPU, in ONE invocation:
+# The external anchors (benchmarks/kernels/anchors, docs/guide/anchors.md) on a CUDA GPU, in ONE invocation:
 #
 #   bash benchmarks/harness/gpu/anchors_h200.sh            # every anchor
 #   ANCHORS_K="LayerNorm or MinGPT" bash benchmarks/harness/gpu/anchors_h200.sh   # a subset (pytest -k)

@@ -186,7 +186,8 @@ def rewrite(rel: str, text: str, warn: list[str]) -> str:
     """The text of file ``rel`` with its citations of moved pages rewritten."""
     is_page = rel.startswith("docs/") and rel.endswith(".md")
     page_dir = Path(rel).parent
-    out, pos, fenced = [], 0, False
+    out: list[str] = []
+    pos = 0
     fence_at = [m.start() for m in re.finditer(r"(?m)^\s*```", text)] if is_page else []
 
     def in_fence(i: int) -> bool:

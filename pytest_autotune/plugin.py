@@ -119,7 +119,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
                      "GPU with other work, or give the CPU a device memory so that memory planning can be tried "
-                     "there (docs/architecture.md, 'Memory planned per device').")
+                     "there (docs/architecture.md#memory-planned-per-device).")
     # studies (docs/guide/studies.md)
     g.addoption("--study", dest="autotune_study", default=None, metavar="NAME",
                 help="attach every item's result or refusal to study NAME (with --arm, and --iteration).")

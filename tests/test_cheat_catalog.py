@@ -374,7 +374,7 @@ def test_catalog(sessions, remeasure, case: Case) -> None:
     run = sessions(case.session)
     if case.needs_jail_count and not _counts_every_process(run):
         pytest.skip(f"{case.name}: its defence is the jail's pid namespace or cgroup, which this machine does not "
-                    "give (docs/design/threat-model.md, 'Honest limits')")
+                    "give (docs/design/threat-model.md#honest-limits)")
     it = _item(run, case)
     if case.verdicts == NO_GAIN:
         if it["verdict"] == "accepted":

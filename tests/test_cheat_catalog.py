@@ -1,4 +1,4 @@
-"""The cheat catalog (issue 4): every attack of docs/design/threat-model.md as a hostile candidate, run end to end.
+"""The cheat catalog: every attack of docs/design/threat-model.md as a hostile candidate, run end to end.
 
 Three pytester sessions, each run once per module (``runpytest_subprocess`` with ``--autotune
 --autotune-exploratory --autotune-json`` and a fast protocol), then one test per candidate reads its verdict

@@ -1,4 +1,4 @@
-"""The jail (issue 14): every attack class of docs/design/threat-model.md#the-jail as a hostile candidate, run end to
+"""The jail: every attack class of docs/design/threat-model.md#the-jail as a hostile candidate, run end to
 end in a session that times and records, once as the user running the tests and, when that user is root, once
 more as an unprivileged user (the user-namespace path).
 

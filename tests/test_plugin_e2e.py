@@ -289,7 +289,7 @@ def test_unusable_database_is_refused_and_left_untouched(pytester: pytest.Pytest
 
 
 def test_full_run_from_any_directory_writes_a_valid_report_and_a_verifiable_db(pytester: pytest.Pytester):
-    """Issue 3: `pytest --autotune --problems X --candidates Y --autotune-json r.json` works from anywhere,
+    """`pytest --autotune --problems X --candidates Y --autotune-json r.json` works from anywhere,
     with the packaged (frozen) protocol."""
     write(pytester.path, "X/linear.py", F.LINEAR)
     write(pytester.path, "Y/linear/addmm.py", F.CAND_LINEAR)
@@ -314,7 +314,7 @@ def test_full_run_from_any_directory_writes_a_valid_report_and_a_verifiable_db(p
 
 
 def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pytester, relu_session):
-    """Issue 3: a ReLU that returns its input on non-negative inputs is stopped (probe, or breaker without
+    """A ReLU that returns its input on non-negative inputs is stopped (probe, or breaker without
     probes); a bf16 downgrade is rejected by correctness."""
     session, _ = relu_session  # the fast protocol, probes on
     items = by_candidate(report(session.path / "r.json"))
@@ -403,8 +403,8 @@ def test_modification_surface_is_enforced(relu_session):
 
 
 def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: pytest.Pytester, tmp_path, monkeypatch):
-    """Issue 5: -n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item.
-    Issue 13 on the CPU: the host is made to report two devices of the kind (as a two-GPU host does), so worker gwN
+    """-n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item.
+    Several devices on the CPU: the host is made to report two devices of the kind (as a two-GPU host does), so worker gwN
     measures on index N mod 2 -- recorded in every row's provenance -- and times under that index's own lock."""
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/softmax.py", F.SOFTMAX)

@@ -91,7 +91,7 @@ def frozen_fast_protocol(root: Path, **overrides: str) -> None:
     """The tests' fast protocol under its own version, pinned by the project's conftest (what a project that keeps
     its own protocol does): runs are frozen, so a registered study can read non-exploratory.
 
-    The wall-clock gate is relaxed: on this shared 2-core machine under a load average of 6 (other sessions'
+    The wall-clock gate is relaxed: on this shared 2-core machine under a load average of 6 (other
     work), a sandbox descheduled between samples left 40-60% of a round's wall time unexplained and honest
     candidates were refused; these tests are about studies, and the gate has its own tests. Hypothesis-drawn
     probes are off (the explicit ones still run): each session costs seconds here."""

@@ -8,7 +8,7 @@ It reads every file git tracks (not docs/data/, which is raw measurement output,
 * ``docs/OLD.md, "Section title"`` (or ``docs/OLD.md "Section title"``) to ``docs/NEW.md#anchor`` where SECTIONS maps
   the section; to ``docs/NEW.md, "Section title"`` (with a warning) where it does not;
 * ``docs/OLD.md#anchor`` and a bare ``docs/OLD.md`` to ``docs/NEW.md`` (anchor kept, or mapped by SECTIONS);
-* inside docs/*.md pages, the same citations as Markdown links relative to the page (``[Section title](../design/
+* inside docs/*.md pages (not the notes under docs/data/), the same citations as Markdown links relative to the page (``[Section title](../design/
   protocol.md#anchor)``; a bare path: the target page's title), except in code spans and fenced code blocks.
 
 Rerunnable: a citation that no longer names a moved page is left alone, so running it again changes nothing, and
@@ -74,6 +74,9 @@ SECTIONS = {
     ("docs/results-h200.md", "KernelBench at published sizes"):
         "docs/results/h200.md#kernelbench-level-1-at-published-sizes-aa",
     ("docs/results-h200.md", "Duty cycle"): "docs/results/h200.md#duty-cycle",
+    ("docs/results-h200.md", "At main after the sandbox exit and zygote changes"):
+        "docs/results/h200.md#after-the-sandbox-exit-and-zygote-changes-2026-12-02-faf4e7d",
+    ("docs/results-h200.md", "Protocol 5 on the H200"): "docs/results/h200.md#protocol-5-on-the-h200-2026-12-02-2daae55",
     ("docs/results-h200.md", "The CUDA device"): "docs/guide/gpu.md#what-a-sample-is",
     ("docs/results-h200.md", "How to measure"): "docs/guide/gpu.md#measuring-on-a-gpu-host",
     ("docs/anchors.md", "H200, twelfth session"):
@@ -137,7 +140,9 @@ SECTIONS = {
         "docs/results/studies.md#the-llm-tuner-against-a-scripted-endpoint-and-a-tiny-local-model-cpu-2026-12-02",
 }
 
+#: raw measurement output; the notes written by hand beside it (README.md, SUMMARY.md) are rewritten like any page
 SKIP_PREFIXES = ("docs/data/",)
+HAND_WRITTEN_DATA_NOTES = ("README.md", "SUMMARY.md")
 SKIP_FILES = ("tools/relink_docs.py",)
 
 _PATH = r"(?<![\w/.-])(docs/[\w./-]+?\.md)(#[\w-]+)?"
@@ -184,7 +189,7 @@ def _in_code(line_prefix: str) -> bool:
 
 def rewrite(rel: str, text: str, warn: list[str]) -> str:
     """The text of file ``rel`` with its citations of moved pages rewritten."""
-    is_page = rel.startswith("docs/") and rel.endswith(".md")
+    is_page = rel.startswith("docs/") and rel.endswith(".md") and not rel.startswith(SKIP_PREFIXES)
     page_dir = Path(rel).parent
     out: list[str] = []
     pos = 0
@@ -225,7 +230,9 @@ def tracked_text_files() -> list[str]:
     files = []
     for raw in names:
         rel = raw.decode()
-        if not rel or rel.startswith(SKIP_PREFIXES) or rel in SKIP_FILES:
+        if not rel or rel in SKIP_FILES:
+            continue
+        if rel.startswith(SKIP_PREFIXES) and rel.rsplit("/", 1)[-1] not in HAND_WRITTEN_DATA_NOTES:
             continue
         p = ROOT / rel
         if not p.is_file() or p.is_symlink():

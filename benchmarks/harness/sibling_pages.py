@@ -1,4 +1,4 @@
-"""Which physical pages two sibling processes share (issue 28, docs/design/protocol.md#the-per-process-offset):
+"""Which physical pages two sibling processes share (docs/design/protocol.md#the-per-process-offset):
 the code they run, or also the pages their data is on? Needs root (``/proc/PID/pagemap`` shows frame numbers only to
 CAP_SYS_ADMIN).
 

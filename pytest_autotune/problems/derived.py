@@ -1,4 +1,4 @@
-"""Derived input sets: a timing group's k input sets made from one ``get_inputs()`` draw (issue 28; protocol 8,
+"""Derived input sets: a timing group's k input sets made from one ``get_inputs()`` draw (protocol 8,
 ``[devices.cpu].input_sets = "derived"``).
 
 Why: every timed call gets an input set of its own, so that no arm can answer a call from an earlier one. Drawn

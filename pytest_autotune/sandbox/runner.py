@@ -122,7 +122,7 @@ class SandboxPool:
     def prestart(self) -> None:
         """Launch the zygote without waiting for it (the session does when collection ends): it imports torch and
         enters its jail while the controller prepares the first item; the first :meth:`start` waits for it. Measured
-        by a helper: 0.5-1.6 s less per one-item session (docs/results/cpu.md)."""
+        (8b208d0): 0.5-1.6 s less per one-item session (docs/results/test-suite.md)."""
         if self.mode == "zygote" and self._zygote is None:
             self._zygote = Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan,
                                   wait=False)

@@ -1,4 +1,4 @@
-"""Fresh buffer placements every round, inside one sandbox process (``[devices.cpu].placement_span_kib``; issue 28).
+"""Fresh buffer placements every round, inside one sandbox process (``[devices.cpu].placement_span_kib``; docs/design/protocol.md#fresh-placements).
 
 With ``[sandbox].malloc = "reuse"`` glibc hands a process the same heap addresses round after round: a round frees
 its inputs and outputs and the next one gets the same blocks back, on the same physical pages, at the same

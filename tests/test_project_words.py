@@ -14,7 +14,7 @@ _ORDINALS = ("third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelf
              "sixteenth|seventeenth|eighteenth|nineteenth|twentieth")
 WORDS = [
     (rf"\b({_ORDINALS})[- ]sessions?\b", "a development session: give the date and commit"),
-    (r"\bissues? #?\d+", "an issue number: say what it was about, or give the commit"),
+    (r"\bissues?[ -]?#?\d+", "an issue number: say what it was about, or give the commit"),
     (r"\(#\d+\)", "an issue number: say what it was about, or give the commit"),
     (r"\bdevice[- ]calls?\b", "the workplace's device tool: say 'a run on the GPU host' and give its command"),
     (r"\bdevice tool\b", "the workplace's device tool: say 'the GPU host'"),
@@ -63,7 +63,7 @@ def test_no_text_names_development_sessions_issue_numbers_or_the_workplace():
 
 def test_the_patterns_catch_the_words_and_leave_pytest_sessions_alone():
     bad = ["the eleventh session", "Twelfth session (2026-12-03)", "issue 28", "(issue 4)", "Issues 5 and 6",
-           "(#12)", "one device call", "the device tool's", 'carry: [".whl"]', "carry .whl/", "a lent machine",
+           "(#12)", "the issue-28 trial", "branch issue28-x", "one device call", "the device tool's", 'carry: [".whl"]', "carry .whl/", "a lent machine",
            "run by another helper's tests", "KINDS.md", "nvidia-h200-x2", "/work/main", "reported to the lead",
            "other sessions' work"]
     good = ["a second pytest session", "the first session of the catalog", "issues a request", "carry an offset",

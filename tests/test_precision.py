@@ -57,13 +57,27 @@ def test_suggested_pairs_are_the_fewest_that_reach_the_target_with_the_margin():
     assert m.pairs_for(0.06) < m.pairs_for(0.03)
 
 
-def test_pair_scatter_is_read_from_the_items_first_two_pairs():
+def test_pair_scatter_from_two_pairs_an_item():
     # |d| = 1%, 2%, 3%, 4%, 5%: median 3% -> sd = 3% / (0.6745 * sqrt(2))
     logs = [[0.0, d] for d in (0.01, 0.02, 0.03, 0.04, 0.05)]
     sd, n = pair_sd_from(logs + [[0.1], [None, 0.2]])
     assert n == 5
     assert sd == pytest.approx(0.03 / (NormalDist().inv_cdf(0.75) * math.sqrt(2)))
     assert pair_sd_from([[0.0, 0.01], [0.0, 0.02]]) == (None, 2)  # too few items to say
+
+
+def test_pair_scatter_from_many_pairs_an_item_uses_them_all():
+    """With many pairs of processes an item (--autotune-pairs), each item's sd has many degrees of freedom: the
+    estimate is close to the true scatter, where two pairs an item would give it one degree of freedom each."""
+    import random
+
+    rng = random.Random(5)
+    items = [[rng.gauss(0.0, 0.03) for _ in range(72)] for _ in range(6)]
+    sd, n = pair_sd_from(items)
+    assert n == 6 and sd == pytest.approx(0.03, rel=0.1)
+    # the first two pairs of the same items only: far noisier (one degree of freedom an item)
+    two, _ = pair_sd_from([i[:2] for i in items])
+    assert two is not None and abs(two - 0.03) > abs(sd - 0.03)
 
 
 def test_summary_of_a_run_that_missed_the_target_names_the_pairs_and_their_cost():

@@ -6,8 +6,10 @@ The model (a CI's width as a function of the pairs of processes ``n``; log scale
     half-width(n) = z * sqrt((C * pair_sd)**2 + offset_sd**2) / sqrt(n)
 
 * ``pair_sd``: how far one pair of processes' speedup scatters around the item's, measured from the run itself:
-  the median over items of |log s1 - log s2| (an item's first two pairs of processes) / (0.6745 * sqrt(2)). It
-  holds the per-process offset and the pair's own sampling noise together.
+  per item, the standard deviation of its pairs' log speedups, divided by the median of that estimate's sampling
+  distribution for its degrees of freedom (sqrt(median(chi2_df) / df): 0.6745 for two pairs, whose sd is
+  |log s1 - log s2| / sqrt(2)); then the median over items. It holds the per-process offset and the pair's own
+  sampling noise together.
 * ``offset_sd``: what the protocol adds to every pooled CI for the offset a few pairs cannot estimate
   (``[devices.cpu].process_offset_sd``; ``measure/stats.py`` ``with_process_offsets``): z * offset_sd / sqrt(n) in
   quadrature.
@@ -38,8 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover
 C = 1.4
 #: the width of the item at five sixths of a run over the median item's, at 12-40 pairs (same script)
 SPREAD = 1.1
-#: |d| of two normal draws: its median is 0.6745 * sqrt(2) * sd
-_MEDIAN_ABS_DIFF = NormalDist().inv_cdf(0.75) * math.sqrt(2.0)
 #: fewest items with two pairs of processes behind a measured pair_sd
 MIN_ITEMS = 3
 
@@ -68,13 +68,25 @@ class PrecisionModel:
         return n
 
 
+def _median_sd_ratio(df: int) -> float:
+    """The median of a sample sd over the true sd, with ``df`` degrees of freedom: sqrt(median(chi2_df) / df)
+    (exact for df = 1, Wilson-Hilferty's approximation of the chi-square median above it)."""
+    if df == 1:
+        return NormalDist().inv_cdf(0.75)
+    return math.sqrt((1.0 - 2.0 / (9.0 * df)) ** 3)
+
+
 def pair_sd_from(log_pairs: Sequence[Sequence[Optional[float]]]) -> tuple[Optional[float], int]:
-    """``pair_sd`` from the items' pairs' log speedups (first two of each item with two): (sd, items used); None when
-    fewer than MIN_ITEMS items had two."""
-    diffs = [abs(p[0] - p[1]) for p in log_pairs if len(p) >= 2 and p[0] is not None and p[1] is not None]
-    if len(diffs) < MIN_ITEMS:
-        return None, len(diffs)
-    return statistics.median(diffs) / _MEDIAN_ABS_DIFF, len(diffs)
+    """``pair_sd`` from the items' pairs' log speedups: (sd, items used); None when fewer than MIN_ITEMS items had
+    two pairs or more."""
+    per_item = []
+    for pairs in log_pairs:
+        values = [v for v in pairs if v is not None]
+        if len(values) >= 2:
+            per_item.append(statistics.stdev(values) / _median_sd_ratio(len(values) - 1))
+    if len(per_item) < MIN_ITEMS:
+        return None, len(per_item)
+    return statistics.median(per_item), len(per_item)
 
 
 @dataclass(frozen=True)

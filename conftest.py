@@ -9,7 +9,7 @@
 - the ``real_engine`` marker: an item that launches a real serving engine (vLLM's CPU build: three processes that
   each import vLLM, ~50 s a launch on 2 cores) is skipped, with the reason, unless
   ``PYTEST_AUTOTUNE_REAL_ENGINES=1``. The README's test command stays the project's test suite; CI runs these items
-  in a step of their own after it, with the engine installed and required (``.ci/run``, docs/engines.md "CI").
+  in a step of their own after it, with the engine installed and required (``.ci/run``, docs/guide/engines.md#ci).
 """
 
 from __future__ import annotations

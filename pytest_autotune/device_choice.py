@@ -1,5 +1,5 @@
 """What one pytest process measures on: the options its device object takes from the protocol, and the CPU the
-sandboxes of its items are pinned to (docs/architecture.md, "Arms in separate processes"). Pure functions of the
+sandboxes of its items are pinned to (docs/architecture.md#arms-in-separate-processes). Pure functions of the
 protocol and the process's place among xdist workers; the session (session.py) calls them."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def sandbox_cpus(protocol: Protocol, worker_number: int) -> Optional[list[int]]:
     """[timing].pin = "same-cpu": the main threads of both sandboxes of an item share one CPU, so neither arm gets a
     quieter core (the controller keeps the last allowed CPU for them; xdist worker gwN: the N-th from the end). Only
     the main thread: on a GPU the runtime's own threads must stay free (confining them with it slowed launch-bound
-    calls on an H200), and unpinned main threads moved an A/A by 0.5% there (docs/results-h200.md)."""
+    calls on an H200), and unpinned main threads moved an A/A by 0.5% there (docs/results/h200.md)."""
     if protocol.timing.pin != "same-cpu" or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = sorted(os.sched_getaffinity(0))

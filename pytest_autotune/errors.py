@@ -12,7 +12,7 @@ class AutotuneError(Exception):
 
 
 class AutotuneWarning(UserWarning):
-    """Something about an item deserves a look (weak problem, CI target missed, baseline ignored...)."""
+    """Something about an item deserves a look (weak problem, a loaded machine, baseline ignored...)."""
 
 
 class AutotuneUsageError(AutotuneError):

@@ -121,7 +121,7 @@ class KernelFlow(BaselineStage, BuildStage):
         of processes, each with that share of the budget and of the maximum pair count, and its share of the
         minimum among the MIN_PROCESS_PAIRS that always run."""
         env = self.env
-        plan = dataclasses.replace(env.protocol.timing_plan(env.device_spec.name), derive_spread=derive_spread)
+        plan = dataclasses.replace(env.timing_plan(), derive_spread=derive_spread)
         if share > 1:
             # min_pairs is shared by the pairs of processes every item gets (MIN_PROCESS_PAIRS), so the item has it
             # whether or not later ones start; each may stop on its own CI only once it has check_every pairs (a
@@ -307,7 +307,7 @@ class KernelFlow(BaselineStage, BuildStage):
         pairs of processes (``[devices.cuda].process_pairs`` on CUDA); 6. integrity (on every pair's evidence),
         7. breaker (on the pooled measurement). ``None`` when the item passed them all."""
         env, ctx = self.env, item.ctx
-        plan = env.protocol.timing_plan(env.device_spec.name)
+        plan = env.timing_plan()
         n = plan.process_pairs
         runs: list[TimingEvidence] = []
         t0 = time.perf_counter()
@@ -319,14 +319,16 @@ class KernelFlow(BaselineStage, BuildStage):
         for j in range(n):
             # past the second pair of processes, one more starts only while the timing stage (sandbox starts and
             # imports included) is within the item budget: where a sandbox takes seconds to start (a problem
-            # importing torch._dynamo: ~5 s), the budget goes to timing rather than to starts
-            if j >= MIN_PROCESS_PAIRS and time.perf_counter() - t0 >= plan.item_budget_s * env.budget_scale:
+            # importing torch._dynamo: ~5 s), the budget goes to timing rather than to starts; --autotune-pairs: all
+            if (env.process_pairs is None and j >= MIN_PROCESS_PAIRS
+                    and time.perf_counter() - t0 >= plan.item_budget_s * env.budget_scale):
                 break
             refused = self._timed_pair(item, box if j == 0 else None, j, n, runs)
             if refused is not None:
                 return refused
         ev = runs[0] if n == 1 else self._pooled(runs, n)
         ctx.timing = ev
+        ctx.details["timing_stage_s"] = time.perf_counter() - t0
         ctx.measurement = item_measurement(env, item, ev)
         refused_outcome = self._run_stage(ctx, "breaker")
         return self._refused(item, refused_outcome) if refused_outcome else None

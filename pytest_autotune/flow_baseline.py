@@ -65,7 +65,7 @@ class BaselineStage:
                         # check. On the CPU one pair of processes' share of the item budget decides which is
                         # faster (the whole budget took 24 of the main job's 297 s under protocol 7); the GPU
                         # leg keeps the whole budget, as before
-                        plan = env.protocol.timing_plan(env.device_spec.name)
+                        plan = env.timing_plan()
                         share = plan.process_pairs if env.device_spec.name == "cpu" else 1
                         ev = self._timing(box, ref, seeds, memory=memory, share=share,
                                           derive_spread=plan.derive_spread)

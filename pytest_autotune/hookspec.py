@@ -1,7 +1,7 @@
 """pytest-autotune's extension points, as pluggy hook specifications.
 
 Implement them in a conftest.py or a plugin, exactly as the built-in parts do (see ``builtin.py`` and
-docs/architecture.md, "Extension hooks")::
+docs/architecture.md#extension-hooks)::
 
     # conftest.py
     from pytest_autotune.gates import Gate, GateOutcome
@@ -73,7 +73,7 @@ def pytest_autotune_engines(config: pytest.Config) -> "list[EngineAdapter]":
     """Serving-engine adapters (:class:`~pytest_autotune.engines.adapters.base.EngineAdapter`): how to install,
     start, read back and judge one engine. A declaration file (``benchmarks/engines/<engine>.toml``) names the
     engine by the adapter's ``name``; the first adapter registered under a name wins. Built-in: ``vllm``,
-    ``llamacpp``, ``sglang`` (docs/engines.md)."""
+    ``llamacpp``, ``sglang`` (docs/guide/engines.md)."""
     raise NotImplementedError  # a specification: pluggy calls the implementations
 
 
@@ -93,11 +93,11 @@ def pytest_autotune_session_start(session: "AutotuneSession") -> None:
     """Called in every process (controller and xdist workers) once the session knows its options, protocol and
     device, before the controller begins its run in the store. Raise
     :class:`~pytest_autotune.errors.AutotuneUsageError` to refuse the session (a usage error naming the fix; no run
-    is recorded). The CI comparison (docs/ci.md) loads and checks its stored run here."""
+    is recorded). The CI comparison (docs/guide/ci.md) loads and checks its stored run here."""
 
 
 @pytest.hookspec
 def pytest_autotune_report_sections(config: pytest.Config, outcomes: "tuple[ItemOutcome, ...]") -> "dict":
     """Extra top-level sections ``{name: JSON value}`` of the JSON report (controller, end of the session; every
-    outcome of the session, xdist workers' included). Built-in: ``compare`` (docs/ci.md)."""
+    outcome of the session, xdist workers' included). Built-in: ``compare`` (docs/guide/ci.md)."""
     raise NotImplementedError  # a specification: pluggy calls the implementations

@@ -1,4 +1,4 @@
-"""An item's device memory, from the controller's side (docs/architecture.md, "Memory planned per device"): the
+"""An item's device memory, from the controller's side (docs/architecture.md#memory-planned-per-device): the
 footprint of one call (shapes on the meta device, then the reference's workspace measured once on the device),
 the plan for the item (measure/memory.py), and waiting for a closed sandbox's memory to come back before the next
 process starts."""

@@ -1,9 +1,11 @@
 """An item's run as the flow gathers it, and what it becomes: the measurement, the details the report shows and the
-frozen result row (docs/architecture.md, "The flow"). ``flow.py`` drives the stages; this module holds their
+frozen result row (docs/architecture.md#the-flow). ``flow.py`` drives the stages; this module holds their
 values and turns them into records."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from .measure.sampling import KOverride
 from .measure.schedule import TimingEvidence
 from .problems.loader import LoadedProblem
 from .problems.model import REFERENCE_BASELINE, KernelItemSpec, SourceFile
-from .protocol import Protocol
+from .protocol import Protocol, TimingPlan
 from .result import ItemOutcome, KernelResult, Measurement, QuarantineRecord
 from .sandbox.runner import SandboxPool
 
@@ -51,6 +53,20 @@ class FlowEnv:
     #: the build cache's folder (build/cache.py build_root); None: builds are not kept
     build_root: Optional[Path] = None
     builds: dict = field(default_factory=dict)  # (problem sha, candidate sha) -> the item's build (init payload)
+    #: --autotune-pairs: pairs of processes per item instead of the protocol's (None: the protocol's)
+    process_pairs: Optional[int] = None
+
+    def timing_plan(self) -> TimingPlan:
+        """The protocol's timing plan for this device; with ``--autotune-pairs=N``, N pairs of processes, each with
+        the budget and the pair count one pair has under the protocol (the item's budget and ``max_pairs`` scaled by
+        N / the protocol's pairs), and all N always run (docs/guide/precision.md)."""
+        plan = self.protocol.timing_plan(self.device_spec.name)
+        n = self.process_pairs
+        if n is None or n == plan.process_pairs:
+            return plan
+        scale = n / plan.process_pairs
+        return dataclasses.replace(plan, process_pairs=n, item_budget_s=plan.item_budget_s * scale,
+                                   max_pairs=max(plan.min_pairs, int(plan.max_pairs * scale)))
 
 
 @dataclass
@@ -94,14 +110,17 @@ class ItemRun:
 
 
 def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
-    """The accepted timing as the result carries it (and a warning where the CI target was not met)."""
+    """The accepted timing as the result carries it. Whether the CI reached its target is the run's summary's
+    business (report/precision.py), not a warning per item; the item's own numbers go to ``details.precision``."""
     est = ev.estimate
     assert est is not None and item.choice is not None
     plan = env.protocol.timing_plan(env.device_spec.name)
-    if not ev.ci_target_met:
-        item.ctx.warnings.append(
-            f"CI target not reached: the 95% CI is {est.rel_width:.1%} of the speedup wide after "
-            f"{est.n_pairs} pairs, target {plan.ci_target_rel_width:.1%} ({ev.stop_reason})")
+    pairs = [p.get("speedup") for p in ev.calibration.get("process_pairs") or []] or [est.speedup]
+    item.ctx.details["precision"] = {
+        "ci_rel_width": est.rel_width, "target": plan.ci_target_rel_width, "met": ev.ci_target_met,
+        "pairs_of_processes": len(pairs), "planned": env.timing_plan().process_pairs,
+        "pair_log_speedups": [math.log(s) if s and s > 0 else None for s in pairs],
+        "timing_stage_s": item.ctx.details.get("timing_stage_s")}
     return Measurement(
         n_pairs=est.n_pairs, candidate_s=est.candidate_s, baseline_s=est.baseline_s, speedup=est.speedup,
         ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,
@@ -159,7 +178,8 @@ def result(env: FlowEnv, item: ItemRun) -> KernelResult:
     })
     timing = ctx.timing
     prov["timing"] = {"calls_per_sample": m.calls_per_sample, "stop_reason": m.stop_reason,
-                      "pairing": "cross-process", "mode": timing.mode.get("decision") if timing else None,
+                      "pairing": "cross-process", "process_pairs": ctx.details.get("precision", {}).get(
+                          "pairs_of_processes"), "mode": timing.mode.get("decision") if timing else None,
                       "wall_clock": ev.wall_clock, "idle": ev.idle}
     return KernelResult(
         run_id=env.run_id, kind="kernel", nodeid=spec.nodeid, problem=spec.problem.name,

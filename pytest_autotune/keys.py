@@ -1,4 +1,4 @@
-"""Where pytest objects carry this plugin's state (docs/architecture.md, "Session"): one module that every
+"""Where pytest objects carry this plugin's state (docs/architecture.md#modules-one-job-each): one module that every
 other one may import, so none has to import the plugin or the session to find them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The plugin's command-line options, read once into a typed record (docs/architecture.md, "Session")."""
+"""The plugin's command-line options, read once into a typed record (docs/architecture.md#modules-one-job-each)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ class Options:
     plots: Optional[Path] = None
     device_memory: Optional[int] = None
     calls_per_sample: Optional[str] = None
+    #: --autotune-pairs: pairs of processes per item instead of the protocol's (None: the protocol's)
+    pairs: Optional[int] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -63,4 +65,5 @@ class Options:
             plots=Path(g("autotune_plots")).expanduser().resolve() if g("autotune_plots") else None,
             device_memory=g("autotune_device_memory"),
             calls_per_sample=g("autotune_k"),
+            pairs=g("autotune_pairs"),
         )

@@ -75,6 +75,14 @@ def _k_override(value: str) -> str:
     return value
 
 
+def _pairs(value: str) -> int:
+    import argparse
+
+    if not value.isdigit() or not 1 <= int(value) <= 1000:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of pairs of processes from 1 to 1000")
+    return int(value)
+
+
 def _seed(value: str) -> int:
     import argparse
 
@@ -120,11 +128,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="time every sample with K calls (a number, or xF: F times the protocol's choice) instead of the "
                      "protocol's k, for harness benchmarks (benchmarks/harness/k_invariance.py); needs "
                      "--autotune-exploratory, and every row is then marked exploratory.")
+    g.addoption("--autotune-pairs", dest="autotune_pairs", default=None, type=_pairs, metavar="N",
+                help="time every item in N pairs of processes, each with the protocol's budget of one pair "
+                     "([timing].item_budget_s / [timing].process_pairs): more pairs narrow the CI, at that many "
+                     "times the timing (docs/guide/precision.md). Recorded in the run's provenance.")
     g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
                      "GPU with other work, or give the CPU a device memory so that memory planning can be tried "
-                     "there (docs/architecture.md, 'Memory planned per device').")
-    # studies (docs/studies.md)
+                     "there (docs/architecture.md#memory-planned-per-device).")
+    # studies (docs/guide/studies.md)
     g.addoption("--study", dest="autotune_study", default=None, metavar="NAME",
                 help="attach every item's result or refusal to study NAME (with --arm, and --iteration).")
     g.addoption("--arm", dest="autotune_arm", default=None, metavar="NAME", help="the study arm of these items.")
@@ -143,7 +155,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "trajectories).")
     from .ci.options import add_options as add_ci_options
 
-    add_ci_options(g)  # --autotune-compare, --autotune-fail-on, --autotune-fail-margin, --autotune-md (docs/ci.md)
+    add_ci_options(g)  # --autotune-compare, --autotune-fail-on, --autotune-fail-margin, --autotune-md (docs/guide/ci.md)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -158,7 +170,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(XdistHooks(), "autotune-xdist")
     from .ci.plugin import register as register_ci
 
-    register_ci(config)  # before the session: it checks the stored run before the run begins (docs/ci.md)
+    register_ci(config)  # before the session: it checks the stored run before the run begins (docs/guide/ci.md)
     try:
         session = AutotuneSession(config)
     except AutotuneUsageError as e:
@@ -212,7 +224,7 @@ _FREEZE_AT_EXIT: list[bool] = []
 def _freeze_heap_at_exit() -> None:
     """Once per process: ``gc.freeze()`` when the interpreter exits (an atexit handler: never in a process that
     goes on after ``pytest.main``). The collector's final passes then skip the heap built so far (torch's: ~0.5 s
-    of a ~0.9 s exit here, docs/harness.md "suite-time-4"). Everything this plugin must write is written and closed
+    of a ~0.9 s exit here, docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431). Everything this plugin must write is written and closed
     before: the store and the JSON report at sessionfinish, the sandboxes at unconfigure; the other atexit
     handlers still run, and refcounted objects are still freed."""
     if not _FREEZE_AT_EXIT:
@@ -345,7 +357,7 @@ class BrokenFileItem(pytest.Item):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Anchors get the ``anchor`` marker (and run only when ``-m`` names it); a search manifest or a re-measure
-    selects its own items (docs/studies.md)."""
+    selects its own items (docs/guide/studies.md)."""
     s = config.stash.get(SESSION_KEY, None)
     if s is None:
         return

@@ -191,7 +191,7 @@ def _build(cls, data: Any, source: str, prefix: str, skip: tuple[str, ...] = ())
                 # an optional key added by a later protocol version: older files keep their meaning
                 out[name] = f.default
                 continue
-            raise ProtocolError(f"{source}: missing key '{key}'; add it (see docs/protocol.md)")
+            raise ProtocolError(f"{source}: missing key '{key}'; add it (see docs/reference/protocol.md)")
         out[name] = _convert(hints[name], data[name], source, key, f.metadata.get("rule", {}))
     return out
 

@@ -20,26 +20,26 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # other threads (abs), whole-CPU ratio 3.0 (a gross bound)
     "3": "4d325d0d656aa290b14fafc3805b05ef4edd630bedd7e2f167d5b490427736f0",
     # 4: [devices.cuda].min_sample_s 1 ms -> 3 ms (the first launch after the pre-sample sync cost both arms ~45 us
-    # per sample on the H200 and pulled ratios ~2% towards 1; docs/results-h200.md); max_calls_per_sample 512 -> 200
+    # per sample on the H200 and pulled ratios ~2% towards 1; docs/results/h200.md); max_calls_per_sample 512 -> 200
     "4": "766df226a01ef042fc15c5d14e95b9aa236e6fed60c90e4f431f682da31eb653",
     # 5: [timing].process_pairs 2 -> 6 and item_budget_s 4 -> 12 (2 s a pair of processes, as before): the offset a
     # pair of processes carries was most of a short call's A/A deviation on the CPU; [statistics].pooling =
     # "process-medians" (new, optional key); [devices.cuda].process_pairs = 2 (new, optional key: two pairs on
-    # the GPU, as under protocol 4). docs/harness.md, "A/A across processes: protocol 5"
+    # the GPU, as under protocol 4). docs/design/protocol.md#pairs-of-processes
     "5": "29787bbfb6603e0dafa84e2ef10c1c1446f72b7756489f5438b0b0739f4f84c9",
     # 6: [memory] (new, optional section): device memory planned across an item's processes, headroom 5%, 1 GiB a
     # process; [probes].magnitudes = "overflow-safe" (new, optional key): probe values within the range where a sum
-    # of squares stays finite (KernelBench at published sizes: issue 25, docs/results-h200.md)
+    # of squares stays finite (KernelBench at published sizes, docs/results/h200.md)
     "6": "c9ecd4d8d6d5e1ccb85ba48e1861f8d4c9c57bdde48c85fbb61b29d605127570",
     # 7: [devices.cpu].placement_span_kib = 1024 (new, optional key): every CPU timing round's data on fresh
     # placements inside its sandbox, the heap written before the round so that no page fault lands in a sample
-    # (issue 28; docs/harness.md, "Fresh placements"). Nothing else changes; the GPU leg does not read it.
+    # (docs/design/protocol.md#fresh-placements). Nothing else changes; the GPU leg does not read it.
     "7": "8560bebb87a2018111866760397bec2369ec6c26cd0baf6da7990496632d1ffb",
     # 8: the CPU's timing rounds derive their input sets from one get_inputs() draw a round ([devices.cpu].input_sets,
     # derived_spread; new, optional keys), fingerprint two timed outputs of each group chosen after the round and
     # check 8 rounds (prints_per_group, verify_rounds: new, optional); the pooled CI allows for a between-process
     # offset of 2.5% (process_offset_sd: new, optional); [timing].process_pairs 6 -> 2 and item_budget_s 12 -> 4.
-    # Issue 28; docs/harness.md, "Derived input sets". The GPU leg reads none of it.
+    # docs/design/protocol.md#derived-input-sets. The GPU leg reads none of it.
     "8": "822298aa02a998f082bc2f66498b40216e30e774d8ef9b929a124979b53e7a3e",
     # 9: the sample's shape is the protocol's. k from the baseline's calibration alone, every calibration call on a
     # fresh input set, re-checked against the baseline's timed calls ([timing].k_recheck_ratio: new, optional);
@@ -51,7 +51,7 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # behind the hold, and a sample's time is max(event time, host enqueue time) (measure/devices/cuda/head_start.py;
     # docs/architecture.md, "The CUDA sample"). [build] (new, optional section): the budget of the sandbox that
     # compiles a candidate's extensions once per item (docs/guide/compiled-candidates.md).
-    "9": "6ded1c96343f23308fd01049db2a7703088343ba36c4725c6823b4c4915b2a47",
+    "9": "70863bb643d2459ce3e6021c713ca38ccca3829e0ed57ae68ac375ab2e345225",
 }
 
 

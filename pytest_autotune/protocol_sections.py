@@ -218,7 +218,7 @@ class BuildSection:
 
 @dataclass(frozen=True)
 class StudiesSection:
-    """Studies (docs/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
+    """Studies (docs/guide/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
 
     min_usable_fraction: float = _f(ge=0.0, le=1.0)
     max_truncation_rate: float = _f(ge=0.0, le=1.0)
@@ -234,7 +234,7 @@ class SurfaceSection:
 
 @dataclass(frozen=True)
 class EnginesSection:
-    """Serving-engine items (docs/engines.md)."""
+    """Serving-engine items (docs/guide/engines.md)."""
 
     launch_pairs: int = _f(ge=1)
     windows_per_launch: int = _f(ge=1)

@@ -147,6 +147,8 @@ def builtin_keys() -> list[ProvenanceKey]:
         ProvenanceKey("modification_surface", "run", dict, "--autotune-base check: changed files, outside files",
                       _ctx("modification_surface"), required=False),
         ProvenanceKey("pid", "run", int, "controller process id", lambda c: os.getpid()),
+        ProvenanceKey("process_pairs", "run", int, "--autotune-pairs: pairs of processes per item instead of the "
+                      "protocol's (absent: the protocol's)", _ctx("process_pairs"), required=False),
         # item scope
         ProvenanceKey("problem_sha256", "item", str, "digest of the problem file", _ctx("problem_sha256")),
         ProvenanceKey("candidate_sha256", "item", str, "digest of the candidate file", _ctx("candidate_sha256")),

@@ -1,4 +1,4 @@
-"""Where a verdict's rows go (docs/architecture.md, "Session"): chosen once per process.
+"""Where a verdict's rows go (docs/architecture.md#modules-one-job-each): chosen once per process.
 
 * :class:`ControllerRecorder` (no xdist, or the xdist controller) writes rows through the store's validator and
   takes in what workers send;

@@ -1,7 +1,7 @@
 """Frozen result objects (pyperf-style): what a run and an item produced, immutable once built.
 
 These are the only things that cross from the measuring side to the store and the report. Field names are the
-column names of docs/schema.md ("Tables and columns"), so ``as_row()`` is the row the store inserts.
+column names of docs/reference/store.md ("Tables and columns"), so ``as_row()`` is the row the store inserts.
 """
 
 from __future__ import annotations

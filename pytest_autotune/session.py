@@ -78,7 +78,7 @@ class AutotuneSession:
         if self.opts.remeasure and not self.opts.measuring:
             raise AutotuneUsageError("--autotune-remeasure re-times and records: add --autotune")
         self.recorder: Recorder
-        self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/ci.md)
+        self.config.hook.pytest_autotune_session_start(session=self)  # before the run begins (docs/guide/ci.md)
         early = self._runs_items_here()
         if early and (self.is_worker or not self.opts.measuring):
             self.prestart_sandboxes()  # before this process imports torch (collection): see there
@@ -147,7 +147,7 @@ class AutotuneSession:
 
     def _device_index(self) -> int:
         """Under xdist on a host with several devices of the kind (GPUs), worker gwN owns index N mod their count:
-        its device object, golden outputs, sandboxes and timing lock all use it (docs/xdist.md)."""
+        its device object, golden outputs, sandboxes and timing lock all use it (docs/guide/parallel.md)."""
         if not self.is_worker:
             return 0
         return self.worker_number() % max(self.device_spec.load().count(), 1)
@@ -185,7 +185,7 @@ class AutotuneSession:
                 self.releases[(q["problem"], q["candidate_sha256"])] = int(rel["id"])
 
     def _load_origins(self) -> None:
-        """The held-out leg links each result to the result it retests (docs/heldout.md: the transfer ratio)."""
+        """The held-out leg links each result to the result it retests (docs/guide/heldout.md: the transfer ratio)."""
         if self.framework != "mlx":
             return
         from .study.transfer import OriginIndex, origin_reports
@@ -219,6 +219,7 @@ class AutotuneSession:
             "nonce_sha256": nonce_commitment(self.nonce), "cpu_threads": self.protocol.timing.cpu_threads,
             "modification_surface": self.surface,
             "isolation": self.sandbox_pool().plan.provenance(),
+            "process_pairs": self.opts.pairs,
         }
         keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
         try:
@@ -264,7 +265,8 @@ class AutotuneSession:
                 budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
                 cpus=self._sandbox_cpus(),
                 k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
-                build_root=build_root(self.opts.db) if self.opts.db is not None else None)
+                build_root=build_root(self.opts.db) if self.opts.db is not None else None,
+                process_pairs=self.opts.pairs)
             self._flow = KernelFlow(env)
         return self._flow
 
@@ -279,7 +281,7 @@ class AutotuneSession:
         return self._pool.plan.provenance() if self._pool is not None else None
 
     def sandbox_pool(self) -> "SandboxPool":
-        """The pool of sandboxes, and with it the jail they run in (decided on first use: docs/threat-model.md)."""
+        """The pool of sandboxes, and with it the jail they run in (decided on first use: docs/design/threat-model.md)."""
         if self._pool is None:
             from .sandbox.jail_session import make_pool
 

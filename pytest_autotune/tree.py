@@ -58,7 +58,7 @@ def float64_sums(flat: torch.Tensor, chunk: int) -> torch.Tensor:
         on_cpu = flat.device.type == "cpu"
         # the CPU's |x| row sums go through an abs copy of at most CPU_ABS_CHUNK elements: its vector_norm(1) took
         # 0.48 ms for 0.5M floats against 0.10 ms for abs().sum(), and fingerprints were ~20% of a timing round
-        # (docs/harness.md, "Derived input sets"); the GPU keeps its one read
+        # (docs/design/protocol.md#derived-input-sets); the GPU keeps its one read
         step = (min(n, CPU_ABS_CHUNK) if on_cpu else n) if flat.dtype == torch.float32 else chunk
         step = max(step // SUM_ROW, 1) * SUM_ROW
         for i in range(0, rows * SUM_ROW, step):

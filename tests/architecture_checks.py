@@ -1,4 +1,4 @@
-"""Static checks of the package's shape (docs/architecture.md, "Modules, one job each"): module sizes and import
+"""Static checks of the package's shape (docs/architecture.md#modules-one-job-each): module sizes and import
 cycles, read from the source with ``ast`` -- nothing is imported, so the checks see imports inside functions too.
 
 An import counts wherever it is written (module level, inside a function, inside ``try``), except under

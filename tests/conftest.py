@@ -87,6 +87,6 @@ def _torch_threads_restored():
 
 @pytest.fixture(autouse=True)
 def _no_github_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The plugin appends its Markdown summary to $GITHUB_STEP_SUMMARY (docs/ci.md): the pytester sessions of this
+    """The plugin appends its Markdown summary to $GITHUB_STEP_SUMMARY (docs/guide/ci.md): the pytester sessions of this
     suite, run in GitHub Actions, must not write into the job's summary."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)

@@ -1,4 +1,4 @@
-"""The LLM tuner end to end (docs/agent.md): a registered study with arms ``llm`` and ``random`` on one problem,
+"""The LLM tuner end to end (docs/guide/llm-tuner.md): a registered study with arms ``llm`` and ``random`` on one problem,
 the ``llm`` arm written by a scripted OpenAI-compatible endpoint (tests/llm_endpoint.py) that returns an honest
 candidate, a cheat, prose without code and a reply cut off by the token cap. ``autotune search --tuner=llm
 --budget=4`` measures each iteration through the same gates as any candidate; the study report reads 1 usable of

@@ -1,4 +1,4 @@
-"""The LLM tuner's parts without a measuring session (docs/agent.md): reading replies, the client's retries,
+"""The LLM tuner's parts without a measuring session (docs/guide/llm-tuner.md): reading replies, the client's retries,
 timeout and log against the scripted endpoint, the key's redaction, the token budget, the prompts, the manifest's
 unusable entries. Each test runs in well under a second."""
 

@@ -1,5 +1,5 @@
-"""The LLM tuner against a REAL OpenAI-compatible server (docs/agent.md): vLLM's CPU build serving the tiny local
-random-weight Llama (the engines' model, docs/engines.md). Its replies are gibberish, so every iteration is
+"""The LLM tuner against a REAL OpenAI-compatible server (docs/guide/llm-tuner.md): vLLM's CPU build serving the tiny local
+random-weight Llama (the engines' model, docs/guide/engines.md). Its replies are gibberish, so every iteration is
 unusable (no code) and the study reads "below usability bar"; with a small ``--max-tokens`` the replies stop at the
 cap and the audit flags truncation: "plumbing suspect". One vLLM launch (~35-90 s on 2 cores), three calls.
 

@@ -1,4 +1,4 @@
-"""The package's shape (docs/architecture.md, "Modules, one job each"): no module over ~400 lines, no import cycle
+"""The package's shape (docs/architecture.md#modules-one-job-each): no module over ~400 lines, no import cycle
 -- imports inside functions count, ``if TYPE_CHECKING:`` blocks do not (tests/architecture_checks.py)."""
 
 from __future__ import annotations

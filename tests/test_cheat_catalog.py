@@ -1,4 +1,4 @@
-"""The cheat catalog (issue 4): every attack of docs/threat-model.md as a hostile candidate, run end to end.
+"""The cheat catalog: every attack of docs/design/threat-model.md as a hostile candidate, run end to end.
 
 Three pytester sessions, each run once per module (``runpytest_subprocess`` with ``--autotune
 --autotune-exploratory --autotune-json`` and a fast protocol), then one test per candidate reads its verdict
@@ -17,7 +17,7 @@ the row MACs inside the database -- that still holds where the jail cannot be se
 
 ``CATALOG`` is the single table of expectations: file, session, accepted verdicts and gates, a pattern the
 reason must match (so that the test names the defence that must catch it, not just "something refused it"),
-and where the defence lives. docs/threat-model.md is the same table for readers.
+and where the defence lives. docs/design/threat-model.md is the same table for readers.
 
 To watch a test go red with its defence removed, disable gates in the sessions' controller with
 ``AUTOTUNE_CATALOG_DISABLE=WallClockGate,ThreadGate pytest tests/test_cheat_catalog.py`` (names of classes in
@@ -61,7 +61,7 @@ class Case:
     verdicts: tuple  # accepted verdicts; "no-gain" = refused, or accepted no faster than the honest candidate
     gates: tuple = ()  # accepted gates (empty: any)
     reason: str = ""  # regex the reason must match
-    defence: str = ""  # what catches it (docs/threat-model.md)
+    defence: str = ""  # what catches it (docs/design/threat-model.md)
     source: str | None = None  # file under tests/cheats, when not candidates/<problem>/<name>.py
     #: the defence counts processes by the jail's pid namespace or cgroup: skipped (a documented limit) without both
     needs_jail_count: bool = False
@@ -251,7 +251,7 @@ SESSION_PROTOCOL = {
     # At most 16 calls a sample (the protocol allows 64): only candidates faster than 125 us a call reach it, here
     # cheat_empty_like_timed (8 us, 64 calls: 9 s of the session building and fingerprinting 64 inputs and outputs
     # a sample) and the limits session's identity (7 us); every timed output is still fingerprinted and every
-    # sample still timed by the controller (docs/harness.md, "suite-time-4")
+    # sample still timed by the controller (docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431)
     # 32 pairs: at 16, a fresh-clone CI run (2026-12-02, 38ccab9) accepted cheat_clock_between_checks at 3.2x: its
     # item stopped at the 16 pairs, the wall-clock rule compared 8 unpreempted baseline samples, and the
     # bootstrap of their upper quartile allowed 1.19 ms (0.99 ms of it noise) against the 1.05 ms it hid. The
@@ -355,7 +355,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
 def remeasure(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
     """A session of its own for a "gains nothing" cheat and the honest reference, each over two pairs of processes:
     the catalog's sessions give an item one pair of processes in 0.6 s, and one pair carries an offset of its own
-    (docs/harness.md, "A/A across processes"): a fresh-clone CI run read cheat_instance_patch, which computes what
+    (docs/design/protocol.md#pairs-of-processes): a fresh-clone CI run read cheat_instance_patch, which computes what
     honest_fused computes, at 4.32x [4.12, 4.43] against 3.30-3.40, where twelve sessions of the two alone agreed
     within 6%. A real gain repeats in a second session; an offset of one pair of processes does not."""
     mp = pytest.MonkeyPatch()
@@ -406,10 +406,10 @@ def test_catalog(sessions, remeasure, case: Case) -> None:
     run = sessions(case.session)
     if case.needs_jail_count and not _counts_every_process(run):
         pytest.skip(f"{case.name}: its defence is the jail's pid namespace or cgroup, which this machine does not "
-                    "give (docs/threat-model.md, 'Honest limits')")
+                    "give (docs/design/threat-model.md, 'Honest limits')")
     if case.needs_view and not ((run.report.get("run") or {}).get("isolation") or {}).get("view"):
         pytest.skip(f"{case.name}: its defence is the jail's read-only view without the store, which this machine "
-                    "does not give (docs/threat-model.md, 'Honest limits')")
+                    "does not give (docs/design/threat-model.md, 'Honest limits')")
     it = _item(run, case)
     if case.verdicts == NO_GAIN:
         if it["verdict"] == "accepted":
@@ -464,7 +464,7 @@ def test_helper_process_dies_with_the_sandbox(sessions, cheat: str, prefix: str)
     if prefix == "ats" and "pid" not in (iso.get("namespaces") or ()):
         for p in _named(name):
             os.kill(p, signal.SIGKILL)
-        pytest.skip("setsid helpers outlive a sandbox without the jail's pid namespace (docs/threat-model.md)")
+        pytest.skip("setsid helpers outlive a sandbox without the jail's pid namespace (docs/design/threat-model.md)")
     assert f"{name} started" in _sandbox_logs(run), "the cheat never started its helpers (did it run?)"
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and _named(name):

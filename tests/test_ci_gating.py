@@ -1,9 +1,9 @@
-"""CI gating of kernel PRs (issue 12, docs/ci.md), end to end through pytester: a stored run, a committed baseline
+"""CI gating of kernel PRs (docs/guide/ci.md), end to end through pytester: a stored run, a committed baseline
 exported from it, an unchanged re-run that passes the gate, a slower candidate that fails it, a refused candidate,
 new and missing items, the Markdown summary, junitxml properties and the refusals across protocols and devices.
 
 The e2e gate runs use a 25% margin: these tests must never fail on a correct program, and an unchanged re-run on
-this shared machine is an A/A comparison whose false-alarm rate at margin 0 is measured (not assumed) in docs/ci.md.
+this shared machine is an A/A comparison whose false-alarm rate at margin 0 is measured (not assumed) in docs/guide/ci.md.
 The slow candidate is 3-5x slower than the stored one here, so a 25% margin cannot hide it. Sessions that time
 nothing (refusals before the run, collection, correctness only) run in this process (tests/conftest.py)."""
 
@@ -85,7 +85,7 @@ def suite(pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyP
     write(pytester.path, "suite/candidates/redundant/once.py", CAND_ONE_RELU)
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
-    # a private timing lock: other sessions on this machine must not make the test wait (its numbers are gated
+    # a private timing lock: other pytest sessions on this machine must not make the test wait (its numbers are gated
     # with a margin, and only properties are asserted)
     monkeypatch.setenv("PYTEST_AUTOTUNE_LOCK_DIR", str(tmp_path / "locks"))
     return pytester

@@ -1,4 +1,4 @@
-"""The CI comparison's pure parts (docs/ci.md): the regression rule, the margin, each item outcome, the refusal to
+"""The CI comparison's pure parts (docs/guide/ci.md): the regression rule, the margin, each item outcome, the refusal to
 compare across protocols / device fingerprints / torch versions, the stored-run round trip and the Markdown."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The example workflow (.github/workflows/kernel-pr.yml, docs/ci.md) parses as YAML, has the structure of a GitHub
-Actions workflow (tests/github_workflow.schema.json), its shell steps parse, and it gates the way docs/ci.md says."""
+"""The example workflow (.github/workflows/kernel-pr.yml, docs/guide/ci.md) parses as YAML, has the structure of a GitHub
+Actions workflow (tests/github_workflow.schema.json), its shell steps parse, and it gates the way docs/guide/ci.md says."""
 
 from __future__ import annotations
 
@@ -70,4 +70,4 @@ def test_workflow_gates_kernel_prs_as_documented():
     assert "PIP_CACHE_DIR" in wf["env"] and re.fullmatch(r"\d+\.\d+\.\d+", wf["env"]["TORCH_VERSION"])
     gpu = jobs["gate-gpu"]
     assert "self-hosted" in gpu["runs-on"] and "--device=cuda" in "\n".join(s.get("run", "") for s in gpu["steps"])
-    assert "docs/ci.md" in (REPO / "README.md").read_text()
+    assert "docs/guide/ci.md" in (REPO / "README.md").read_text()

@@ -1,8 +1,8 @@
-"""Fresh placements for a CPU timing round's data (measure/devices/placement.py, issue 28): with the protocol's
+"""Fresh placements for a CPU timing round's data (measure/devices/placement.py): with the protocol's
 "reuse" malloc settings, a round's inputs and outputs move from round to round, and when a round starts every page
 of the heap is resident (written by the prefault), so that a call faults only where the round grows the heap past
 it. How many faults are left is a property of the allocator's fragmentation, measured rather than asserted here
-(docs/harness.md, "Fresh placements")."""
+(docs/design/protocol.md#fresh-placements)."""
 
 from __future__ import annotations
 

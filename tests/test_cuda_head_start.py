@@ -73,7 +73,7 @@ def test_the_stream_is_held_until_the_first_call_is_queued(sim):
 
 
 def test_a_compiled_arms_host_path_before_its_first_kernel_is_off_the_clock(sim):
-    """The H200's compiled anchors paid a fixed 182-286 us a sample on this path (docs/anchors.md): here 240 us."""
+    """The H200's compiled anchors paid a fixed 182-286 us a sample on this path (docs/guide/anchors.md): here 240 us."""
     compiled = arm(sim, host_s=60 * US, gpu_s=1000 * US, first_extra_s=240 * US)
     off = device(sim, "off").timed(compiled, [[0]] * 4)
     held = device(sim, "spin").timed(compiled, [[0]] * 4)

@@ -1,4 +1,4 @@
-"""Derived input sets (problems/derived.py, measure/input_sets.py; issue 28): a timing group's sets come from one
+"""Derived input sets (problems/derived.py, measure/input_sets.py): a timing group's sets come from one
 ``get_inputs()`` draw, each set a fresh multiple of it. What must hold: every process that builds a set gets the same
 bits (the two sandboxes and the controller's golden outputs), each set stays in the draw's domain, sets differ
 from each other (and from any earlier set) by far more than a tolerance, inputs that are labels are left alone, and

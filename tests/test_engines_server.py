@@ -1,4 +1,4 @@
-"""Engine servers are always stopped (docs/engines.md, "Stopping servers"), and the load generator never counts
+"""Engine servers are always stopped (docs/guide/engines.md#stopping-servers), and the load generator never counts
 an error as a fast request. Against tests/engine_fakes/fake_server.py: a real HTTP server process tree."""
 
 from __future__ import annotations

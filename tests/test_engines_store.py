@@ -1,4 +1,4 @@
-"""Engine rows in the store (migration 0004_engine, docs/schema.md, docs/engines.md): the database itself refuses
+"""Engine rows in the store (migration 0004_engine, docs/reference/store.md, docs/guide/engines.md): the database itself refuses
 an engine result whose arms are different engines or that lacks paired seeds — with raw SQL, as a candidate with
 file access would try."""
 
@@ -39,7 +39,7 @@ def _raw(tmp_path, result_row: dict, table: str = "results") -> None:
 
 
 def test_engine_result_without_paired_seeds_cannot_enter_db(tmp_path):
-    """docs/schema.md's named regression test: an engine row with no paired seeds is refused by the database, whatever
+    """docs/reference/store.md's named regression test: an engine row with no paired seeds is refused by the database, whatever
     the path: no seeds at all, or seeds that the arms did not share."""
     run = make_run()
     # 1. no seeds at all (row and provenance agree on an empty list)

@@ -1,4 +1,4 @@
-"""One REAL paired engine comparison in the test suite (docs/engines.md, CI): vLLM's CPU build, its default
+"""One REAL paired engine comparison in the test suite (docs/guide/engines.md, CI): vLLM's CPU build, its default
 against ``--max-num-seqs 4`` on 16 requests in flight, which reads lower (4 sequences per step instead of
 16). Two launches of vLLM (~35-90 s each on 2 cores), one server at a time, stopped by the plugin.
 
@@ -73,11 +73,11 @@ def vllm_installed(real_engine_cache, monkeypatch):
 
 def test_vllm_default_vs_max_num_seqs_4_real_paired(vllm_installed, pytester, tmp_path, fast_protocol):
     (pytester.path / "protocol.toml").write_text(fast_protocol(**{
-        # one launch pair of 8 windows: the CI-sized measurement (docs/engines.md: pairs, windows, item time)
+        # one launch pair of 8 windows: the CI-sized measurement (docs/guide/engines.md: pairs, windows, item time)
         "engines.launch_pairs": "1", "engines.windows_per_launch": "8", "engines.quality_prompts": "8",
         # no warm-up window: each launch's 8 quality prompts, answered before its windows, already warm the
         # server (with the warm-up window on, it read 26.5 and 12.2 req/s against measured medians of 27.6 and
-        # 12.8; docs/harness.md, suite-time-4); the first measured window is reported like the others
+        # 12.8; docs/results/cpu.md, suite-time-4); the first measured window is reported like the others
         "engines.warmup_windows": "0",
     }))
     d = pytester.path / "benchmarks" / "engines"
@@ -95,7 +95,7 @@ def test_vllm_default_vs_max_num_seqs_4_real_paired(vllm_installed, pytester, tm
     # one after the other, so a window disturbed by a neighbour on a shared runner lands in one arm only, and with 8
     # pairs the CI reaches the second-largest window ratio (CI of 2026-12-01, before the load generator was placed
     # off the engine's pinned CPU: 0.47x [0.35x, 1.15x]). The point estimate is a median over 8 window pairs, ~0.5x
-    # (docs/engines.md, "Where the load generator runs"); a bound of 0.9 failed once on a correct program, a CI run of
+    # (docs/guide/engines.md#where-the-load-generator-runs); a bound of 0.9 failed once on a correct program, a CI run of
     # 2026-12-03 whose default launch had windows from 15 to 59 req/s read 0.918x. What the test asserts is the
     # direction: fewer sequences at once measure slower, which takes more than half the window pairs disturbed by
     # more than 2x to undo.

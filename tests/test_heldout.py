@@ -1,4 +1,4 @@
-"""End-to-end: the held-out retest leg (docs/heldout.md). A problem with a ``ModelMLX`` port, two torch candidates
+"""End-to-end: the held-out retest leg (docs/guide/heldout.md). A problem with a ``ModelMLX`` port, two torch candidates
 and their MLX ports of the same name; first ``--autotune`` on the CPU, then ``--autotune --device=mlx``: each MLX
 result is linked to the CPU result it retests (``retest_of``) with ``transfer_ratio`` = held-out / origin speedup,
 in the JSON report, the terminal and the database row; from the run's own store or from a committed origins/

@@ -1,4 +1,4 @@
-"""The jail (issue 14): every attack class of docs/threat-model.md "The jail" as a hostile candidate, run end to
+"""The jail: every attack class of docs/design/threat-model.md#the-jail as a hostile candidate, run end to
 end in a session that times and records, once as the user running the tests and, when that user is root, once
 more as an unprivileged user (the user-namespace path).
 
@@ -10,7 +10,7 @@ the host's 127.0.0.1 got no connection, no helper outlives the session, the repo
 
 To watch the tests go red without the jail: ``AUTOTUNE_JAIL_DISABLE=1 pytest tests/test_jail.py`` runs the
 sessions with ``[sandbox].isolation = "off"`` (the kill-controller cheat then ends the session early, so most
-tests fail with it; docs/threat-model.md records what each attack achieved).
+tests fail with it; docs/design/threat-model.md records what each attack achieved).
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ SESSIONS = ["tester", pytest.param("nobody", marks=pytest.mark.skipif(
     reason="running a session as an unprivileged user needs root (as a normal user, the 'tester' session already "
            "takes the user-namespace path)")),
     # the GPU host's jail on this CPU: the sandbox keeps root's uid (CUDA IPC needs it there), no cgroup, so its
-    # helpers are counted by its pid namespace and its tasks bounded by the task supervisor (docs/threat-model.md)
+    # helpers are counted by its pid namespace and its tasks bounded by the task supervisor (docs/design/threat-model.md)
     pytest.param("gpu-host", marks=pytest.mark.skipif(bool(_no_task_supervisor()) or DEVICE != "cpu",
                                                       reason=_no_task_supervisor() or "the tester's session is on CUDA"))]
 

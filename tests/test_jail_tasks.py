@@ -1,4 +1,4 @@
-"""The jail where there is no cgroup pids controller and the sandbox keeps root's uid, as on the GPU host (issue 27):
+"""The jail where there is no cgroup pids controller and the sandbox keeps root's uid, as on the GPU host:
 a sandbox's processes counted by its pid namespace from the host's /proc (sandbox/members.py), the controller's
 watch of helper processes and of the GPU's processes (measure/helper_watch.py), the task supervisor that bounds a
 sandbox's tasks for uid 0 (sandbox/task_limit.py), the watchdog that only detects, the plan that picks them, and a

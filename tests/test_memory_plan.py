@@ -1,4 +1,4 @@
-"""Device memory planned across an item's processes (measure/memory.py, item_memory.py; issue 25): the plan's
+"""Device memory planned across an item's processes (measure/memory.py, item_memory.py): the plan's
 arithmetic, the streams that let a sandbox hold one input set at a time, the probes' domain, and one CPU session
 with a declared device memory (``--autotune-device-memory``) in which an item runs in half-rounds with one input
 set per sample and another is refused before anything runs, naming the bytes it needs against the bytes free."""

@@ -1,4 +1,4 @@
-"""No candidate code may run outside its own calls (docs/threat-model.md): each cheat of that family, shown to WORK
+"""No candidate code may run outside its own calls (docs/design/threat-model.md): each cheat of that family, shown to WORK
 against a harness without the defence (in this process, with the harness's own helpers), next to the defence
 that stops it. The end-to-end verdicts are in tests/test_cheat_catalog.py.
 """

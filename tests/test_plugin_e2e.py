@@ -94,20 +94,24 @@ def relu_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
 @pytest.fixture(scope="module")
 def softmax_session(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> dict:
     """Softmax with a declared baseline faster than its naive reference, a candidate identical to that baseline, and
-    ``--autotune-aa``'s reference against itself; two pairs of processes per item (the protocol's default). Read by
-    test_aa_item_reads_about_one and test_strongest_declared_baseline_is_used_and_strawman_is_shown."""
+    ``--autotune-aa``'s reference against itself; three pairs of processes per item (``--autotune-pairs=3``; the
+    protocol's two otherwise), and a CI target no item reaches (0.1%). Read by test_aa_item_reads_about_one,
+    test_strongest_declared_baseline_is_used_and_strawman_is_shown and test_one_precision_line_and_autotune_pairs
+    (the terminal output is under ``"stdout"``, the report's run and summary under ``"run"`` and ``"summary"``)."""
     mp = pytest.MonkeyPatch()
     try:
         pt = module_pytester(tmp_path_factory, request, mp)
         write(pt.path, "suite/softmax.py", F.SOFTMAX)
         write(pt.path, "suite/baselines/softmax/previous_best.py", F.CAND_SOFTMAX)
         write(pt.path, "suite/candidates/softmax/same_as_best.py", F.CAND_SOFTMAX)
-        fast(pt, **{"timing.item_budget_s": "2.0", "timing.process_pairs": "2"})
+        fast(pt, **{"timing.item_budget_s": "2.0", "timing.process_pairs": "2",
+                    "statistics.ci_target_rel_width": "0.001"})
         res = pt.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory", "--autotune-aa",
-                                      "--autotune-json=r.json")
+                                      "--autotune-pairs=3", "--autotune-json=r.json")
         path = pt.path / "r.json"
         assert path.exists(), res.stdout.str()[-3000:] + res.stderr.str()[-3000:]
-        yield by_candidate(report(path))
+        r = report(path)
+        yield {**by_candidate(r), "stdout": res.stdout.str(), "run": r["run"], "summary": r["summary"]}
     finally:
         mp.undo()
 
@@ -285,7 +289,7 @@ def test_unusable_database_is_refused_and_left_untouched(pytester: pytest.Pytest
 
 
 def test_full_run_from_any_directory_writes_a_valid_report_and_a_verifiable_db(pytester: pytest.Pytester):
-    """Issue 3: `pytest --autotune --problems X --candidates Y --autotune-json r.json` works from anywhere,
+    """`pytest --autotune --problems X --candidates Y --autotune-json r.json` works from anywhere,
     with the packaged (frozen) protocol."""
     write(pytester.path, "X/linear.py", F.LINEAR)
     write(pytester.path, "Y/linear/addmm.py", F.CAND_LINEAR)
@@ -310,7 +314,7 @@ def test_full_run_from_any_directory_writes_a_valid_report_and_a_verifiable_db(p
 
 
 def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pytester, relu_session):
-    """Issue 3: a ReLU that returns its input on non-negative inputs is stopped (probe, or breaker without
+    """A ReLU that returns its input on non-negative inputs is stopped (probe, or breaker without
     probes); a bf16 downgrade is rejected by correctness."""
     session, _ = relu_session  # the fast protocol, probes on
     items = by_candidate(report(session.path / "r.json"))
@@ -340,16 +344,39 @@ def test_identity_relu_and_bf16_downgrade_are_not_accepted(pytester: pytest.Pyte
 
 
 def test_aa_item_reads_about_one(softmax_session: dict):
-    """The reference against itself, in two pairs of processes (the protocol's default), and against the reference
-    even where a faster baseline is declared (an A/A against the strongest baseline would be a comparison)."""
+    """The reference against itself, in three pairs of processes (``--autotune-pairs=3``: all three run, each with
+    one pair's budget of the protocol), and against the reference even where a faster baseline is declared (an A/A
+    against the strongest baseline would be a comparison)."""
     aa = softmax_session[("softmax", "reference-aa")]
     assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted", aa["reason"]
     assert aa["baseline"] == "reference" and aa["strawman_speedup"] == aa["speedup"]
     assert 0.67 < aa["speedup"] < 1.5  # paired A/A; the docs record the measured bias and CI coverage
     pairs = aa["details"]["timing"]["calibration"]["process_pairs"]
-    assert len(pairs) == 2 and sum(p["n_pairs"] for p in pairs) == aa["n_pairs"] >= 8
-    assert aa["reason"].startswith("2 pairs of processes")
-    assert {"candidate (timing)", "baseline-p0", "candidate (timing)-p1", "baseline-p1"} <= set(aa["details"]["wire"])
+    assert len(pairs) == 3 and sum(p["n_pairs"] for p in pairs) == aa["n_pairs"] >= 8
+    assert aa["reason"].startswith("3 pairs of processes (")
+    assert {"candidate (timing)", "baseline-p0", "candidate (timing)-p1", "baseline-p1", "baseline-p2"} <= set(
+        aa["details"]["wire"])
+
+
+def test_one_precision_line_and_autotune_pairs(softmax_session: dict):
+    """No item reaches the 0.1% CI target: the terminal says so once, in one line naming the pairs of processes
+    that would (docs/guide/precision.md), and no item warns about its own CI; the JSON keeps each item's numbers
+    (details.precision) and the summary's. --autotune-pairs is in the run's provenance and each row's."""
+    out = softmax_session["stdout"]
+    lines = [ln for ln in out.splitlines() if ln.startswith("precision: ")]
+    assert len(lines) == 1, out[-3000:]
+    assert lines[0].startswith("precision: 0 of 2 item(s) reached the 0.1% CI target"), lines[0]
+    assert "3 pair(s) of processes an item" in lines[0] and "--autotune-pairs=" in lines[0]
+    assert "CI target not reached" not in out and "see warnings" not in out
+    summary = softmax_session["summary"]["precision"]
+    assert summary["line"] == lines[0] and summary["reached"] == 0 and summary["suggested"] > 3
+    for key in (("softmax", "reference-aa"), ("softmax", "same_as_best")):
+        item = softmax_session[key]
+        p = item["details"]["precision"]
+        assert p["met"] is False and item["ci_target_met"] is False and item["warnings"] == []
+        assert p["pairs_of_processes"] == p["planned"] == 3 and len(p["pair_log_speedups"]) == 3
+        assert p["ci_rel_width"] == pytest.approx((item["ci"][1] - item["ci"][0]) / item["speedup"])
+    assert softmax_session["run"]["provenance"]["process_pairs"] == 3
 
 
 def test_strongest_declared_baseline_is_used_and_strawman_is_shown(softmax_session: dict):
@@ -376,8 +403,8 @@ def test_modification_surface_is_enforced(relu_session):
 
 
 def test_xdist_gives_the_same_verdicts_and_one_row_per_accepted_item(pytester: pytest.Pytester, tmp_path, monkeypatch):
-    """Issue 5: -n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item.
-    Issue 13 on the CPU: the host is made to report two devices of the kind (as a two-GPU host does), so worker gwN
+    """-n 2 gives the verdicts of -n 0; only the controller writes; one row per accepted item.
+    Several devices on the CPU: the host is made to report two devices of the kind (as a two-GPU host does), so worker gwN
     measures on index N mod 2 -- recorded in every row's provenance -- and times under that index's own lock."""
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/softmax.py", F.SOFTMAX)

@@ -171,7 +171,7 @@ for line in sys.stdin:
 
 def test_the_largest_idle_intervals_name_the_request_they_followed_and_the_thread():
     """An idle refusal says where the CPU went: each of the largest idle intervals keeps the request whose answer
-    opened it and how much of it ran on the main thread (docs/threat-model.md, the idle rule)."""
+    opened it and how much of it ran on the main thread (docs/design/threat-model.md, the idle rule)."""
     proc = subprocess.Popen([sys.executable, "-c", DEFERRING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, bufsize=1)
     try:

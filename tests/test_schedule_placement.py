@@ -1,7 +1,6 @@
 """Where and what the paired schedule asks of the two sandboxes between samples (measure/schedule.py).
 
-The two asymmetries behind a CPU A/A of 1.039 on a 16-core host (docs/harness.md, "A/A bias: where the rounds were
-built"): only the candidate's sandbox read its outputs between rounds, and the baseline's sandbox (asked first)
+The two asymmetries behind a CPU A/A of 1.039 on a 16-core host (docs/design/protocol.md#where-the-rounds-are-built): only the candidate's sandbox read its outputs between rounds, and the baseline's sandbox (asked first)
 built its inputs on the CPU that then timed them while the candidate's built them elsewhere. Here the schedule runs
 against two scripted sandboxes whose pids are real sleeping processes, so the CPU affinity the controller gives
 them is read back from the kernel at every request.
@@ -119,8 +118,7 @@ def test_between_rounds_neither_sandbox_may_use_the_samples_cpu(boxes):
 
 def test_the_sandbox_asked_first_for_a_rounds_inputs_alternates(boxes):
     """Asked in a fixed order, the baseline's sandbox always started building a round's inputs first on the CPU both
-    share and the candidate's always finished last: an asymmetry of the arm (docs/harness.md, "Where the per-process
-    offset lives"). Round after round the other sandbox goes first (so too for the other requests between rounds)."""
+    share and the candidate's always finished last: an asymmetry of the arm (docs/design/protocol.md#the-per-process-offset). Round after round the other sandbox goes first (so too for the other requests between rounds)."""
     ev = _run(boxes, None)
     assert len(ev.rounds) >= 4
     prepares = [role for role, cmd in boxes["A"].asked if cmd == "prepare"]
@@ -150,7 +148,7 @@ if __name__ == "__main__":  # pragma: no cover
 def test_arms_probed_elsewhere_make_no_capture_probe_in_their_timing_sandboxes(boxes):
     """Where both arms' graph probes ran in sandboxes that are not timed, both timing sandboxes are told to make
     none before calibration, and the mode is decided from the probes given: with only the candidate's, the
-    baseline's timing process alone test-captured graphs (the 4 us A/A's 0.998, docs/results-h200.md)."""
+    baseline's timing process alone test-captured graphs (the 4 us A/A's 0.998, docs/results/h200.md)."""
     plan = PROTO.timing_plan("cpu")
     probes = {"A": {"fastest_graph_call_s": 5e-6}, "B": {"fastest_graph_call_s": 6e-6}}
     ev = run_paired_timing(boxes["B"], boxes["A"], PROTO, plan, SeedSource(b"n" * 16, "probes"), stats_seed=1,

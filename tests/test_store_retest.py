@@ -1,6 +1,6 @@
 """The held-out retest link in the store (migration 0002_retest): ``results.retest_of`` / ``transfer_ratio``,
 their rules in the database, hashing of old rows, migration of a schema-1 store, merge and dry runs.
-See docs/schema.md ("Migrations", ``retest_link``) and docs/heldout.md."""
+See docs/reference/store.md ("Migrations", ``retest_link``) and docs/guide/heldout.md."""
 
 from __future__ import annotations
 
@@ -328,7 +328,7 @@ def _link_of(path: Path, run_id: str, candidate: str) -> tuple:
 
 
 def test_merge_remaps_the_link_to_the_targets_id(tmp_path):
-    """Decision (docs/schema.md, merge): results:<id> is rewritten to the id the origin got in the target (and
+    """Decision (docs/reference/store.md, merge): results:<id> is rewritten to the id the origin got in the target (and
     the MAC recomputed with the revealed nonce); report: links are copied unchanged."""
     _linked_source(tmp_path / "a.db")
     target = tmp_path / "all.db"

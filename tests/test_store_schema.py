@@ -1,4 +1,4 @@
-"""The results store's schema and its in-database validator (docs/schema.md).
+"""The results store's schema and its in-database validator (docs/reference/store.md).
 
 The builders at the top (``PROTO``, ``make_run``, ``make_result``, ``new_store``, ``raw_row``...) are imported by
 the other tests/test_store_*.py files.
@@ -116,7 +116,7 @@ def make_result(run: RunRecord, i: int = 0, **overrides) -> KernelResult:
 
 def make_engine_result(run: RunRecord, i: int = 0, *, seeds=None, arm_seeds=None, engines=("vllm", "vllm"),
                        problem: str = "vllm:short", **overrides) -> KernelResult:
-    """An engine row as the engine items record it (docs/engines.md): both arms' engine and seeds in provenance."""
+    """An engine row as the engine items record it (docs/guide/engines.md): both arms' engine and seeds in provenance."""
     seeds = tuple(range(500 + i * 10, 500 + i * 10 + max(N_SEEDS, 6))) if seeds is None else tuple(seeds)
     a_seeds, b_seeds = (list(seeds), list(seeds)) if arm_seeds is None else arm_seeds
     prov = {
@@ -225,12 +225,12 @@ def test_schema_objects_are_exactly_the_declared_sql(tmp_path):
 
 
 def test_every_check_and_trigger_is_named_and_documented():
-    docs = (REPO / "docs" / "schema.md").read_text()
+    docs = (REPO / "docs" / "reference" / "store.md").read_text()
     rules = set(schema.TRIGGER_RULES.values()) | set(schema.CHECK_NAMES)
     for name, _ in schema.TRIGGERS:
-        assert f"`{name}`" in docs, f"trigger {name} is not documented in docs/schema.md"
+        assert f"`{name}`" in docs, f"trigger {name} is not documented in docs/reference/store.md"
     for rule in rules:
-        assert f"`{rule}`" in docs, f"rule {rule} is not documented in docs/schema.md"
+        assert f"`{rule}`" in docs, f"rule {rule} is not documented in docs/reference/store.md"
     for table, cols in schema.COLUMNS.items():
         for col, _, _ in cols:
             assert f"`{col}`" in docs, f"column {table}.{col} is not documented"

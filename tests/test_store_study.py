@@ -1,4 +1,4 @@
-"""The store's study rules (migration 0005_study, docs/schema.md "Studies"): registrations before a study's first
+"""The store's study rules (migration 0005_study, docs/reference/store.md#studies-migration-0005_study): registrations before a study's first
 row, verdicts that can only be non-exploratory under a registered and unchanged entry, the row-by-row re-measure
 link, and how merge, verify and the migration of an older store carry them. Each rule is attacked with raw SQL,
 the way a hostile writer would try it."""

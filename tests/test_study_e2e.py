@@ -1,7 +1,7 @@
 """Studies end to end through pytester (fresh pytest and autotune processes, a git repository): a registered
 study of a seeded random search against a fixed candidate list, an identical-arms study, an edited registration,
-re-measurement, the session's plots, and the shipped anchors in their CPU dry run (docs/studies.md,
-docs/anchors.md). Each pytest session costs 10-30 s on this 2-core machine, so one test walks the whole story."""
+re-measurement, the session's plots, and the shipped anchors in their CPU dry run (docs/guide/studies.md,
+docs/guide/anchors.md). Each pytest session costs 10-30 s on this 2-core machine, so one test walks the whole story."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def frozen_fast_protocol(root: Path, **overrides: str) -> None:
     """The tests' fast protocol under its own version, pinned by the project's conftest (what a project that keeps
     its own protocol does): runs are frozen, so a registered study can read non-exploratory.
 
-    The wall-clock gate is relaxed: on this shared 2-core machine under a load average of 6 (other sessions'
+    The wall-clock gate is relaxed: on this shared 2-core machine under a load average of 6 (other
     work), a sandbox descheduled between samples left 40-60% of a round's wall time unexplained and honest
     candidates were refused; these tests are about studies, and the gate has its own tests. Hypothesis-drawn
     probes are off (the explicit ones still run): each session costs seconds here."""

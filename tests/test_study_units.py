@@ -1,4 +1,4 @@
-"""Study machinery without pytest sessions (docs/studies.md): registry entries and the git pre-registration check,
+"""Study machinery without pytest sessions (docs/guide/studies.md): registry entries and the git pre-registration check,
 trajectories, treatment delivery, saturation and the other verdicts, the plumbing audit, search spaces and
 templates, re-measure reports and plots. Every defence has the cheat that tries to get around it."""
 

@@ -267,7 +267,7 @@ def test_clustered_estimate_widens_the_ci_by_what_pairs_of_processes_disagree_on
 
 def test_process_medians_follow_the_typical_pair_of_processes_not_an_outlying_long_one():
     """Six pairs of processes of one A/A: five around 1.00 (16 pairs each), one at 0.93 that ran longest (80 pairs),
-    as the CPU host showed (docs/harness.md). The median of all ratios leans to the long outlier; the median of the
+    as the CPU host showed (docs/results/cpu.md). The median of all ratios leans to the long outlier; the median of the
     six medians reads the five, and its CI (resampling pairs of processes) still contains 1.0. A real speedup of
     1.5 in every pair of processes reads 1.5 either way."""
     import numpy as np

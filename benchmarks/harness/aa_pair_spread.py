@@ -4,7 +4,7 @@
 
 Per report: accepted items, CIs containing 1.0, median and largest |log speedup|, the median and mean |log| between
 an item's two pairs of processes (its ``process_pairs``), median CI width (relative) and how many exceed 10%, the
-median number of ratios, the median number of worker respawns (the issue-28 trial's reports; 0 elsewhere) and the
+median number of ratios, the median number of worker respawns (the worker-respawn trial's reports of 2026-12-03; 0 elsewhere) and the
 most page faults inside one item's samples (both arms).
 """
 

@@ -47,7 +47,7 @@ def run_session(extra: list[str], workdir: Path, tag: str) -> tuple[dict, float]
              for a in extra]
     cmd = [sys.executable, "-m", "pytest", "--autotune", f"--autotune-json={rep}", f"--autotune-db={db}",
            "-q", "-p", "no:cacheprovider", *extra]
-    # the harness under test first; what the caller's PYTHONPATH held (e.g. carried wheels on a device host) after it
+    # the harness under test first; what the caller's PYTHONPATH held (e.g. wheels staged on a GPU host) after it
     paths = [str(root), os.environ.get("PYTHONPATH")]
     env = dict(os.environ)
     if PARTIAL["dir"] is not None:

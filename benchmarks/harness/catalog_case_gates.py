@@ -1,4 +1,4 @@
-"""Which gate refuses one cheat of the catalog, over fresh sessions (docs/harness.md, "Derived input sets"): the
+"""Which gate refuses one cheat of the catalog, over fresh sessions (docs/design/protocol.md#derived-input-sets): the
 catalog's test asserts the gate that names a cheat's defence, and an earlier gate refusing it first (a probe seed
 that happens to catch it) fails that test on a correct program. This runs the cheat alone, each session with the
 catalog's own protocol for its session and a fresh probe seed (or the one given), and counts verdicts by gate.

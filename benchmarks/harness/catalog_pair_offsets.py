@@ -1,5 +1,4 @@
-"""How far apart two items that compute the same thing read in the cheat catalog's main session (docs/harness.md,
-"Fresh placements"): ``softmax_rows`` with ``honest_fused``, ``cheat_instance_patch`` (the same ``torch.softmax``)
+"""How far apart two items that compute the same thing read in the cheat catalog's main session (docs/design/protocol.md#fresh-placements): ``softmax_rows`` with ``honest_fused``, ``cheat_instance_patch`` (the same ``torch.softmax``)
 and ``honest_inplace``, in the catalog's own fast protocol (one pair of processes, 0.6 s an item), alternately with
 fixed and fresh placements.
 

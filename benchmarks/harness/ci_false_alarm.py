@@ -1,4 +1,4 @@
-"""False-alarm rate of the CI regression rule (docs/ci.md, "False-alarm rate"), measured by A/A re-runs.
+"""False-alarm rate of the CI regression rule (docs/results/ci.md), measured by A/A re-runs.
 
 Runs the same suite K times unchanged (``pytest --autotune --autotune-json=run<i>.json``), then compares every run
 with every earlier one with the plugin's own rule (``pytest_autotune.ci.compare``): an item of a later run that the

@@ -1,4 +1,4 @@
-"""Where does the per-process offset of a CPU A/A come from? (issue 8; docs/harness.md, "A/A across processes")
+"""Where does the per-process offset of a CPU A/A come from? (docs/design/protocol.md#pairs-of-processes)
 
 Two sandboxes running the same elementwise op on the same CPU read a few percent apart, by the pair of processes
 (07_layer_norm 1.062 and 0.862 in the two pairs of one item on the H200 host). Candidates: where the buffers

@@ -1,4 +1,4 @@
-"""The CPU's noise floor outside the harness (issue 28; docs/harness.md, "Derived input sets"): what no harness
+"""The CPU's noise floor outside the harness (docs/design/protocol.md#derived-input-sets): what no harness
 change can remove on this machine.
 
     python3 benchmarks/harness/cpu_noise_floor.py ratios      # per-ratio noise of adjacent samples vs sample length

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fixed against fresh placements of the CPU timing rounds' data (issue 28; docs/harness.md, "Fresh placements"):
+# Fixed against fresh placements of the CPU timing rounds' data (docs/design/protocol.md#fresh-placements):
 # A/A sessions of the short-call files, alternating the two settings, in a worktree of HEAD whose protocol.toml is
 # changed only by the knobs below (an unfrozen version, so the sessions run --autotune-exploratory).
 #

@@ -1,5 +1,4 @@
-"""What a CPU timing round's own work costs, outside the harness, on one thread (issue 28; docs/harness.md,
-"Derived input sets"):
+"""What a CPU timing round's own work costs, outside the harness, on one thread (docs/design/protocol.md#derived-input-sets):
 
     python3 benchmarks/harness/cpu_round_costs.py
 

@@ -1,5 +1,5 @@
 """Why a CPU sample's calls cost more with many input sets alive: page faults, the heap's size, trims and the
-last-level cache, per call, at several ``k`` (docs/harness.md, "The sample's shape").
+last-level cache, per call, at several ``k`` (docs/results/cpu.md, "The sample's shape").
 
     python benchmarks/harness/cpu_sample_regime.py                       # 02_relu's reference and torch.relu
     python benchmarks/harness/cpu_sample_regime.py --k 4 16 64 --rounds 12 --out regime.json

@@ -1,4 +1,4 @@
-"""The per-process offset without the harness (issue 28; docs/harness.md, "Derived input sets" and "Where the
+"""The per-process offset without the harness (docs/design/protocol.md#derived-input-sets and "Where the
 per-process offset lives"): two processes forked from one parent after it imported torch (as the harness's zygote
 forks both sandboxes of a pair: the same code layout), each with buffers of its own, take turns timing one op at
 millisecond spacing in ABBA/BAAB rounds, both pinned to one CPU with the parent on another. The median log(A/B) of a

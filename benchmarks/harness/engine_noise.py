@@ -1,4 +1,4 @@
-"""How noisy are engine items, and where does the noise come from? (docs/engines.md, "Pairs and windows")
+"""How noisy are engine items, and where does the noise come from? (docs/guide/engines.md#pairs-and-windows)
 
 Reads JSON reports of engine sessions (``pytest --autotune [--autotune-aa] benchmarks/engines
 --autotune-json=R.json``) and prints, per engine item:

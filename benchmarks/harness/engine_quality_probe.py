@@ -1,4 +1,4 @@
-"""Greedy-output agreement of engine configurations with the engine's default (docs/engines.md, "Quality gate").
+"""Greedy-output agreement of engine configurations with the engine's default (docs/guide/engines.md#quality-gate).
 
 Launches each configuration once (one server at a time, stopped by the harness's own EngineServer), sends the same
 16 seeded prompts (32 answer tokens, temperature 0) at the given concurrency, prints the effective configuration

@@ -1,4 +1,4 @@
-"""Run an engine session under a protocol variant (docs/engines.md, "How the numbers were measured").
+"""Run an engine session under a protocol variant (docs/results/engines.md).
 
 The shipped protocol fixes how many launch pairs and windows an engine item measures. To study other choices
 (more launch pairs, more windows, an A/A run), this script builds a scratch rootdir holding the repository's

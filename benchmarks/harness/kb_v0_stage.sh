@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# KernelBench v0's Level-1 problems for the CPU A/A of issue 28: elementwise 19-32, norms 36/38/39, reductions
+# KernelBench v0's Level-1 problems for the CPU A/A (docs/results/cpu.md): elementwise 19-32, norms 36/38/39, reductions
 # 47-53, copied unchanged from the commit before KernelBench scaled its sizes up (b08d959^, 16 x 16384 batches),
 # into the ignored folder .kb-v0/ (problems are read, never committed here).
 #

@@ -1,4 +1,4 @@
-"""Which physical pages two sibling processes share (issue 28, docs/harness.md "Where the per-process offset lives"):
+"""Which physical pages two sibling processes share (docs/design/protocol.md#the-per-process-offset):
 the code they run, or also the pages their data is on? Needs root (``/proc/PID/pagemap`` shows frame numbers only to
 CAP_SYS_ADMIN).
 

@@ -1,4 +1,4 @@
-"""The build stage in an item's flow (docs/architecture.md, "The flow"; docs/guide/compiled-candidates.md):
+"""The build stage in an item's flow (docs/architecture.md#the-flow; docs/guide/compiled-candidates.md):
 load -> **build** -> correctness -> probes -> timing.
 
 A candidate whose source names a compiling API (:mod:`.detect`) is built once per item, before anything else runs

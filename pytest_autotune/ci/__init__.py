@@ -1,4 +1,4 @@
-"""Gating a kernel PR in CI (docs/ci.md): compare each item with a stored run, fail on a regression beyond noise,
+"""Gating a kernel PR in CI (docs/guide/ci.md): compare each item with a stored run, fail on a regression beyond noise,
 write what CI systems read (junitxml properties, a Markdown summary, a ``compare`` section in the JSON report).
 
 * ``compare.py``: the rule, pure (two results in, one outcome out);

@@ -1,4 +1,4 @@
-"""The regression rule, pure (docs/ci.md, "The rule"): two results of one item, each a speedup with its CI
+"""The regression rule, pure (docs/guide/ci.md#the-rule): two results of one item, each a speedup with its CI
 against the strongest frozen baseline re-measured in its own run, give one outcome.
 
 A **regression** is a new CI entirely below the stored CI, by more than the margin::

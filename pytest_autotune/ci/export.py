@@ -1,6 +1,6 @@
 """A recorded run as a JSON report (schema ``pytest-autotune/report/1``): what ``autotune export RUN --json``
 writes and what ``--autotune-compare=RUN_ID|latest`` reads from the store, so a stored run and a committed
-baseline file are one representation (docs/ci.md, "A baseline that travels")."""
+baseline file are one representation (docs/guide/ci.md#a-baseline-that-travels)."""
 
 from __future__ import annotations
 

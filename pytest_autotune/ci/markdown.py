@@ -1,5 +1,5 @@
 """The Markdown summary (``--autotune-md=PATH``, and ``$GITHUB_STEP_SUMMARY`` on GitHub Actions): old vs new speedup
-[CI] and the verdict per item, the rule, and what was refused or not compared (docs/ci.md)."""
+[CI] and the verdict per item, the rule, and what was refused or not compared (docs/guide/ci.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CI options (docs/ci.md), read once into a typed record."""
+"""The CI options (docs/guide/ci.md), read once into a typed record."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def add_options(group: Any) -> None:
                          "export RUN --json). Refused across protocol digests, device fingerprints or torch versions.")
     group.addoption("--autotune-fail-on", dest="autotune_fail_on", default=None, choices=["regression"],
                     help="with --autotune-compare: fail an item (and the session) whose speedup regressed beyond "
-                         "noise: new CI upper end < stored CI lower end x (1 - margin) (docs/ci.md).")
+                         "noise: new CI upper end < stored CI lower end x (1 - margin) (docs/guide/ci.md).")
     group.addoption("--autotune-fail-margin", dest="autotune_fail_margin", default=0.0, type=_margin, metavar="P%",
                     help="minimum effect for --autotune-fail-on=regression, e.g. 5%% (default 0%%).")
     group.addoption("--autotune-changed-only", dest="autotune_changed_only", action="store_true", default=False,

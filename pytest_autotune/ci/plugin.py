@@ -1,4 +1,4 @@
-"""The CI comparison's pytest hooks (docs/ci.md).
+"""The CI comparison's pytest hooks (docs/guide/ci.md).
 
 The stored run is loaded and checked in ``pytest_autotune_session_start`` (before the controller begins its run,
 so a refused comparison records nothing); the controller hands it to xdist workers. Each kernel item is compared

@@ -1,4 +1,4 @@
-"""The stored run an item is compared with (docs/ci.md): from the store (``RUN_ID`` or ``latest``) or from a
+"""The stored run an item is compared with (docs/guide/ci.md): from the store (``RUN_ID`` or ``latest``) or from a
 committed JSON report (``--autotune-json`` or ``autotune export RUN --json``), and the refusal to compare runs whose
 numbers do not transfer: another protocol digest, another device fingerprint, another torch version."""
 
@@ -23,7 +23,7 @@ IDENTITY_KEYS = frozenset({"uuid", "pci_bus_id", "index", "cuda_visible_devices"
                            "device_uuid"})
 
 FIX = ("Record the baseline under this protocol on this kind of machine: run the default branch with `pytest "
-       "--autotune` there and `autotune export latest --json -o benchmarks/baseline-<device>.json` (docs/ci.md), "
+       "--autotune` there and `autotune export latest --json -o benchmarks/baseline-<device>.json` (docs/guide/ci.md), "
        "or point --autotune-compare at a run recorded under the same conditions.")
 
 

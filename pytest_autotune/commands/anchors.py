@@ -1,5 +1,5 @@
 """``autotune anchors``: the external anchors, their pre-registration and their latest verdicts
-(docs/anchors.md)."""
+(docs/guide/anchors.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``autotune audit CALLS.jsonl``: the plumbing audit of model-call logs (docs/studies.md)."""
+"""``autotune audit CALLS.jsonl``: the plumbing audit of model-call logs (docs/guide/studies.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``autotune export RUN [--json] [-o PATH]``: a recorded run as a committable JSON report, with its protocol digest
-and device fingerprint, that ``pytest --autotune-compare=PATH`` reads (docs/ci.md)."""
+and device fingerprint, that ``pytest --autotune-compare=PATH`` reads (docs/guide/ci.md)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _export(sub) -> None:
                        description="Write run RUN (a run id, a unique prefix, or 'latest': the most recent finished "
                                    "run) as a JSON report (schema pytest-autotune/report/1) with its protocol digest "
                                    "and device fingerprint. Commit it (e.g. benchmarks/baseline-cpu.json) and gate "
-                                   "PRs with pytest --autotune --autotune-compare=PATH (docs/ci.md).")
+                                   "PRs with pytest --autotune --autotune-compare=PATH (docs/guide/ci.md).")
     p.add_argument("run", metavar="RUN", help="run id, unique prefix (6+ characters) or 'latest'")
     p.add_argument("--json", action="store_true", help="write JSON: the only format, and the default (named for "
                    "scripts that say what they expect)")

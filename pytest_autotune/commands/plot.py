@@ -1,4 +1,4 @@
-"""``autotune plot``: PNG plots from the store or a JSON report (docs/studies.md, "Plots")."""
+"""``autotune plot``: PNG plots from the store or a JSON report (docs/guide/studies.md#plots)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``autotune remeasure RUN``: re-time every accepted result of a run in a new run, linked row by row, and
-report verdict agreement and the deviation of speedups (docs/studies.md)."""
+report verdict agreement and the deviation of speedups (docs/guide/studies.md)."""
 
 from __future__ import annotations
 

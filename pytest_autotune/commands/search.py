@@ -1,4 +1,4 @@
-"""``autotune search``: a seeded search baseline (docs/studies.md, "Search")."""
+"""``autotune search``: a seeded search baseline (docs/guide/studies.md#seeded-search-baselines-autotune-search)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _run(args: argparse.Namespace) -> int:
     valid_name(args.study, "--study")
     valid_name(args.arm, "--arm")
     tuner_cls = tuner_class(args.tuner)
-    if tuner_cls.writes_code:  # the LLM tuner: its adaptive loop (docs/agent.md)
+    if tuner_cls.writes_code:  # the LLM tuner: its adaptive loop (docs/guide/llm-tuner.md)
         from .search_llm import run_llm
 
         return run_llm(args, tuner_cls, root, protocol)
@@ -94,7 +94,7 @@ def _search(sub) -> None:
         description="A tuner proposes --budget points of the problem's template search space; each becomes a "
                     "candidate file inside the modification surface, measured by pytest --autotune through the same "
                     "gates and recorded with its study, arm and iteration. Arguments after -- go to pytest.")
-    p.add_argument("--tuner", default="random", help="random or llm (built in; docs/agent.md), or a tuner "
+    p.add_argument("--tuner", default="random", help="random or llm (built in; docs/guide/llm-tuner.md), or a tuner "
                                                      "registered under the pytest_autotune.tuners entry points")
     p.add_argument("--problem", type=Path, default=None, metavar="PATH", help="the problem file")
     p.add_argument("--template", type=Path, default=None, metavar="PATH",

@@ -1,4 +1,4 @@
-"""``autotune search --tuner=llm``: the LLM tuner's options and its run (docs/agent.md)."""
+"""``autotune search --tuner=llm``: the LLM tuner's options and its run (docs/guide/llm-tuner.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ ENGINE_DECLARATIONS = Path("benchmarks") / "engines"
 
 
 def llm_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("--tuner=llm (docs/agent.md)")
+    g = p.add_argument_group("--tuner=llm (docs/guide/llm-tuner.md)")
     g.add_argument("--endpoint", default=None, metavar="URL",
                    help="base URL of an OpenAI-compatible API, e.g. http://127.0.0.1:8000/v1")
     g.add_argument("--model", default=None, metavar="NAME", help="the model name the endpoint serves")

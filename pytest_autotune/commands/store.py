@@ -1,5 +1,5 @@
 """The store's subcommands: ``verify``, ``show``, ``quarantine list|release``, ``merge``, and ``protocol digest``
-(docs/schema.md, docs/protocol.md)."""
+(docs/reference/store.md, docs/reference/protocol.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``autotune study report NAME`` and ``autotune study list`` (docs/studies.md)."""
+"""``autotune study report NAME`` and ``autotune study list`` (docs/guide/studies.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Serving engines as pytest-autotune items (docs/engines.md).
+"""Serving engines as pytest-autotune items (docs/guide/engines.md).
 
 An engine item is engine × flag configuration × workload, measured paired against the same engine's default in
 alternating launches, through the quality gate (greedy outputs agree with the default's), treatment delivery

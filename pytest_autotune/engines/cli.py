@@ -114,7 +114,7 @@ def _run_space(args: argparse.Namespace) -> int:
 @command
 def _engine(sub) -> None:
     p = sub.add_parser("engine", help="serving engines: install, make the tiny model, list, flag space",
-                       description="Serving-engine helpers (docs/engines.md).")
+                       description="Serving-engine helpers (docs/guide/engines.md).")
     es = p.add_subparsers(dest="engine_command", metavar="SUBCOMMAND")
     es.required = True
     pi = es.add_parser("install", help="install an engine into its own venv / build folder (cached, idempotent)")

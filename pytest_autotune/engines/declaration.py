@@ -46,7 +46,7 @@ from .workload import Workload, WorkloadError
 
 DEFAULT_CONFIG = "default"
 #: the A/A configuration (``--autotune-aa``): the default measured against itself, to see the harness's own bias
-#: and how often its CI covers 1.0 (docs/engines.md)
+#: and how often its CI covers 1.0 (docs/guide/engines.md)
 AA_CONFIG = "default-aa"
 EXPECT_GATES = ("quality", "delivery", "timing")
 _TOP_KEYS = {"engine", "description", "model", "server", "workloads", "configs", "space"}

@@ -1,4 +1,4 @@
-"""An engine item's values (docs/engines.md): what the item is (``EngineItemSpec``), what the session gives it
+"""An engine item's values (docs/guide/engines.md): what the item is (``EngineItemSpec``), what the session gives it
 (``EngineEnv``), what comes back (``EngineVerdict``), and the per-item context and per-launch outcomes that
 :mod:`.launch` fills and :mod:`.run` turns into a verdict.
 """

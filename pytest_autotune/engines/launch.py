@@ -1,4 +1,4 @@
-"""One launch of an engine server in an item (docs/engines.md): start → effective configuration → **quality
+"""One launch of an engine server in an item (docs/guide/engines.md): start → effective configuration → **quality
 gate** (before anything of a configuration launch is timed) → warm-up windows (discarded) → measured windows with
 the load gauges sampled → **errors** → **treatment delivery** → stop. The server is always stopped (``with
 server``), also when a gate refuses inside the window.

@@ -2,7 +2,7 @@
 ``prometheus_client``'s own parser into a flat table of samples.
 
 Counters are read before and after the measured windows of a launch: their difference (prefix-cache hits,
-speculative drafts) is how a treatment shows that it ran (docs/engines.md, treatment delivery).
+speculative drafts) is how a treatment shows that it ran (docs/guide/engines.md, treatment delivery).
 """
 
 from __future__ import annotations

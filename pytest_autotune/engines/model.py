@@ -10,13 +10,13 @@ Weights come from ``torch.Generator().manual_seed(seed)`` (the CPU generator's s
 versions); the tokenizer from a corpus drawn from the same seed. ``autotune-model.json`` in the folder records the
 spec and the sha256 of every file; the model's *digest* (sha256 over the files' names and digests) goes into
 every engine result's provenance. Weights are random, so outputs are gibberish, but greedy outputs are fully
-determined by the weights: that is what the quality gate compares (docs/engines.md).
+determined by the weights: that is what the quality gate compares (docs/guide/engines.md).
 
 ``lm_head_std`` is larger than the other weights' std on purpose: with every weight at 0.02 the logits of a
 random model are nearly tied, and greedy decoding then flips on rounding differences that any change of batch
 shape causes (fp32 reductions in another order), which would refuse honest configurations. Larger output
 weights separate the top logits by far more than fp32 rounding but still less than a lossy KV-cache dtype
-perturbs them (measured in docs/engines.md).
+perturbs them (measured in docs/guide/engines.md).
 """
 
 from __future__ import annotations

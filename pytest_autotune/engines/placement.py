@@ -1,11 +1,10 @@
-"""Keep the load generator off the CPUs an engine pinned its workers to (docs/engines.md, "Where the load
-generator runs").
+"""Keep the load generator off the CPUs an engine pinned its workers to (docs/guide/engines.md#where-the-load-generator-runs).
 
 vLLM's CPU build binds its model worker to cores (``VLLM_CPU_OMP_THREADS_BIND=auto``: on 2 cores, the worker on
 CPU 0 and CPU 1 "reserved" for everything else). The load generator runs in this process, unpinned, and the
 scheduler may leave it on the worker's core for a whole window: the worker then gets a share of its only core.
 Measured on this project's 2-core machine, 2-3 of the default's 8 windows ran at 13-17 req/s instead of ~40, p50
-latency x3, and those windows reversed the sign of a 2x effect (docs/engines.md). The engine's own threads are the
+latency x3, and those windows reversed the sign of a 2x effect (docs/guide/engines.md). The engine's own threads are the
 engine's business and are left where it put them; only the harness's thread moves, for the windows only.
 """
 

@@ -141,7 +141,7 @@ class EngineItem(pytest.Item):
                 verdict = runner.run(self.spec)
         except EngineUnavailable as e:
             pytest.skip(str(e))
-        # --study/--arm/--iteration or a search manifest (docs/studies.md): the rows carry the study columns
+        # --study/--arm/--iteration or a search manifest (docs/guide/studies.md): the rows carry the study columns
         spec, decl = self.spec, self.spec.declaration
         verdict = session.studies.attach_tag(verdict, session.studies.tag_for_names(spec.problem, spec.config.name),
                                              decl.arm_digest(decl.flags_of(spec.config)))

@@ -8,7 +8,7 @@ harnesses used) is refused before its speed counts: a lossy KV-cache dtype, a qu
 
 The default is also compared with itself across its own launches (``self_agreement``): when an engine's greedy
 output is not reproducible here, the gate cannot judge a configuration, and the item is an error rather than a
-verdict (docs/engines.md).
+verdict (docs/guide/engines.md).
 """
 
 from __future__ import annotations

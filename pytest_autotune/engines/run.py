@@ -1,5 +1,4 @@
-"""One engine item, start to verdict (docs/engines.md), in the order of the kernel flow (docs/architecture.md,
-"The flow"). The item's values are in :mod:`.item`, one server launch in :mod:`.launch`; here:
+"""One engine item, start to verdict (docs/guide/engines.md), in the order of the kernel flow (docs/architecture.md#the-flow). The item's values are in :mod:`.item`, one server launch in :mod:`.launch`; here:
 
 provenance (engine installed, model made, digests) → launches in ABBA order, each: start → effective
 configuration → **quality gate** (configuration launches, before anything of theirs is timed) → warm-up

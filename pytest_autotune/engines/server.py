@@ -292,7 +292,7 @@ class EngineServer:
                 time.sleep(0.05 if time.perf_counter() - t0 < 2.0 else 0.25)
 
     def _check_loopback_only(self) -> None:
-        """Servers bind 127.0.0.1 only (docs/engines.md, "Stopping servers"): a server reachable from the network
+        """Servers bind 127.0.0.1 only (docs/guide/engines.md#stopping-servers): a server reachable from the network
         is stopped, whatever flag or environment variable made it listen elsewhere."""
         exposed = [a for a in listening_addresses(self.port) if not _is_loopback(a)]
         if exposed:

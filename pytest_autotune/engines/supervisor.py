@@ -1,7 +1,7 @@
 """The engine-server supervisor: a small process between pytest and a server that makes sure the server and
 every process it started die with it, whatever happens to pytest.
 
-Why a separate process (docs/engines.md, "Stopping servers"): a server such as vLLM is a tree of processes
+Why a separate process (docs/guide/engines.md#stopping-servers): a server such as vLLM is a tree of processes
 (API server, engine core, workers, resource tracker). pytest can stop it in a ``finally`` block on failure or
 Ctrl-C, but when pytest itself is killed (SIGKILL, the OOM killer, a CI timeout) no code of pytest runs. The
 supervisor notices that its parent is gone in two independent ways, ``PR_SET_PDEATHSIG`` (the kernel sends it

@@ -105,7 +105,7 @@ class WallClockGate(Gate):
         # cheat_clock_between_checks hid 0.8-0.9 ms and was allowed 0.9-1.1 ms in 2 of 6 sessions -- and as half
         # the central 68% of the resampled differences, not their standard deviation: one outlying baseline
         # sample among 8 widened an SD-based allowance to 0.99 ms and the cheat was accepted at 3.2x
-        # (docs/threat-model.md, "Thresholds"). Elsewhere (the controller's windows) both arms are resampled.
+        # (docs/design/threat-model.md#thresholds-and-what-honest-candidates-measure). Elsewhere (the controller's windows) both arms are resampled.
         if len(ua) > 1 and len(ub) > 1:
             noise = 3.0 * (_bootstrap_spread(ua, [_cpu_unreported(s) for s in picked["A"]], q) if bounded
                            else _bootstrap_sd(ua, ub, q))
@@ -199,7 +199,7 @@ def _unreported(s, by_cpu: bool) -> Optional[float]:
     elsewhere the controller's window beyond it. A shortened sample's missing time is work the main thread did, so
     it shows in the first; preemption, time stolen by a hypervisor and blocking only ever lower it -- unlike the
     window (or running plus run-queue time), which under load swings by milliseconds and would hide a sample cut by
-    one (measured: docs/threat-model.md, "Thresholds")."""
+    one (measured: docs/design/threat-model.md#thresholds-and-what-honest-candidates-measure)."""
     if by_cpu and s.main_cpu_s is not None:
         return s.main_cpu_s - s.host_seconds
     return (s.window_ns[1] - s.window_ns[0]) * 1e-9 - s.host_seconds

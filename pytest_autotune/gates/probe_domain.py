@@ -4,7 +4,7 @@ A probe tests the candidate against the reference on inputs the problem could be
 computes the op with another standard algorithm -- ``torch.compile`` of the reference above all, which is honest by
 construction -- must pass. At 1e30, a float32 layer norm's sum of squares overflows (1e60 > 3.4e38) in any
 one-pass algorithm; the eager reference happened to stay finite on the H200 with a two-pass one, and the compiled
-40_LayerNorm anchor was refused for NaN (docs/anchors.md). That is a probe outside the op's domain, not a cheat.
+40_LayerNorm anchor was refused for NaN (docs/guide/anchors.md). That is a probe outside the op's domain, not a cheat.
 
 The rule, ``"overflow-safe"``: every magnitude a probe draws is at most ``M = sqrt(acc_max / (16 n))``, where ``n``
 is the element count of the largest floating input and ``acc_max`` the largest value of the type such arithmetic

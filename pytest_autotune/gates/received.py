@@ -1,6 +1,6 @@
 """A candidate call as the controller received it: the outputs opened from their handles, and the facts around it.
 
-The sandbox answers an ``outputs`` request with handles (docs/architecture.md, "Outputs cross by handle"); this
+The sandbox answers an ``outputs`` request with handles (docs/architecture.md#outputs-cross-by-handle); this
 module opens them on the controller's device, takes the snapshot that is judged, and finds late writers: on a
 device whose handles map live memory (CUDA IPC) the controller itself reads the output again after
 ``[correctness].recheck_delay_s``; elsewhere the sandbox sent a second sealed snapshot taken after that delay.

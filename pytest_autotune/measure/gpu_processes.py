@@ -1,8 +1,7 @@
 """Which processes hold a context on a GPU, and which used its SMs, as the driver says (NVML), read by the controller.
 
 A candidate's helper process can reach the GPU in ways torch never sees (the driver API through ctypes, a second
-program): it shows here, by its pid in the host's pid namespace, whatever it reports (docs/threat-model.md,
-"no GPU work of the candidate's outside its own calls"). :class:`Nvml` is the driver's view through NVIDIA's own
+program): it shows here, by its pid in the host's pid namespace, whatever it reports (docs/design/threat-model.md#the-catalog). :class:`Nvml` is the driver's view through NVIDIA's own
 bindings (``pynvml``, the ``nvidia-ml-py`` wheel: the GPU host's image lists it, and
 benchmarks/harness/gpu/fetch_wheels.sh carries it to a host that lacks it); without them, or without a driver,
 :func:`open_nvml` says why and the controller counts processes from ``/proc`` alone.

@@ -1,6 +1,5 @@
 """The controller's watch for work of the candidate outside its own calls, in processes: every process of the
-candidate's sandbox besides its main one, and every process the GPU driver lists (docs/threat-model.md, "no GPU
-work of the candidate's outside its own calls").
+candidate's sandbox besides its main one, and every process the GPU driver lists (docs/design/threat-model.md#the-catalog).
 
 The schedule (:mod:`.schedule`) calls :meth:`HelperWatch.before_sample` before every sample of either arm (the same
 work before both, so neither arm's sample follows more controller work than the other's) and

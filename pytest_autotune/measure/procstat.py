@@ -4,7 +4,7 @@ its CPU clocks, and the other live processes of its process group.
 :class:`CpuWatch` attributes every CPU nanosecond of the item's sandboxes to "busy" (the controller had a request
 outstanding with that sandbox) or "idle" (it had none: the sandbox should be blocked reading its socket). A
 candidate that works between its own calls -- a thread, a signal handler, a helper computing ahead while the
-baseline is timed -- shows up as idle CPU (docs/threat-model.md, "no candidate code outside its calls").
+baseline is timed -- shows up as idle CPU (docs/architecture.md#no-candidate-code-outside-its-calls).
 """
 
 from __future__ import annotations

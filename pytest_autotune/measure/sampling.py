@@ -16,7 +16,7 @@ MEMORY_SHARE = 0.7
 #: holds its round's two input groups and their kept outputs (2 each); graphs add each group's static copies (4
 #: each). 6 for every mode with half the free memory (the first cap) held the suite's larger problems to 3-13 calls,
 #: 1.7-1.9 ms samples below the 3 ms that protocol 4 asks for, and moved their ratios ~0.6-1.2% towards 1 against
-#: triton's do_bench (docs/results-h200.md). A 4 us call at k = 498 in graph mode ran a sandbox out of memory.
+#: triton's do_bench (docs/results/h200.md). A 4 us call at k = 498 in graph mode ran a sandbox out of memory.
 SETS_PER_CALL = {"eager": 4, "graphs": 8}
 
 

@@ -165,7 +165,7 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     makes none). Both arms' probes made elsewhere leave both timing sandboxes with the same history: with only the
     candidate's, the baseline's timing sandbox alone had test-captured graphs, and the 4 us A/A yardstick read
     0.998-0.999 in four of four pairs of processes on the H200, and with both probes outside 0.998-1.000, every CI
-    containing 1.0 (docs/results-h200.md, "The 4 us yardstick and the baseline's probe").
+    containing 1.0 (docs/design/protocol.md#the-cuda-sample).
     ``memory``: the item's memory plan (measure/memory.py): the bound on ``k``, the calibration's sets and whether a
     round is built whole or in two halves. ``k_override``: calls per sample fixed by the user (``--autotune-k``),
     never re-planned."""

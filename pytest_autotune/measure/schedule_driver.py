@@ -42,7 +42,7 @@ class ScheduleDriver:
         before reading its clocks (procstat.wait_off_cpu), and on the same CPU the sandbox could not leave until
         the controller yielded -- measured on the 2-vCPU VM, 3.6-5.0 ms between two samples of a round in 5 of 7
         pairs of processes, 0.3 ms once apart; 18,000 yields in one item's 4 s of timing while both shared the
-        CPU between rounds (docs/harness.md, "Derived input sets")."""
+        CPU between rounds (docs/design/protocol.md#derived-input-sets)."""
         if self.sample_cpus and (self.all_cpus - self.sample_cpus) and hasattr(os, "sched_setaffinity"):
             try:
                 self._own_affinity = set(os.sched_getaffinity(0))
@@ -80,7 +80,7 @@ class ScheduleDriver:
         then timed them. Measured on a 16-core host (2 MiB L2 a core), the baseline built its inputs there in
         ~100% of rounds and the candidate in 0%, and the bundled Level-1 A/A on the CPU read a median 1.039 (8 of
         8 items above 1, 3 of 8 CIs containing 1.0); with both arms kept off it, 1.003 (4 of 8 above 1, 8 of 8
-        CIs containing 1.0). docs/harness.md, "A/A bias: where the rounds were built"."""
+        CIs containing 1.0). docs/design/protocol.md#where-the-rounds-are-built."""
         return (self.all_cpus - self.sample_cpus) or self.all_cpus
 
     def both(self, msgs: dict[str, dict], phase: str, spread: bool = False) -> dict[str, dict]:
@@ -92,7 +92,7 @@ class ScheduleDriver:
             # which sandbox is asked (and moved) first alternates, request kind by request kind: asked in a fixed
             # order, the baseline's always started its round's inputs first on the shared CPU, every round -- an
             # asymmetry of the arm that nothing else removes. Its effect is below the 2-vCPU VM's session-to-session
-            # noise (docs/harness.md, "Where the per-process offset lives": the sandboxes asked in turn)
+            # noise (docs/design/protocol.md#the-per-process-offset: the sandboxes asked in turn)
             kind = str(next(iter(msgs.values()), {}).get("cmd"))
             turn = self._turns.get(kind, 0)
             self._turns[kind] = turn + 1

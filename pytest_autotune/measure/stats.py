@@ -73,8 +73,7 @@ def clustered_estimate(groups: Sequence[tuple[Sequence[float], Sequence[float]]]
     """Paired samples taken in several pairs of processes (``groups``: per process pair, baseline and candidate
     per-call times). The pair of processes is the unit of replication: each one's median ratio, then the speedup is
     the median of those, every pair of processes weighing the same. The CI resamples pairs of processes first,
-    then ratios within each drawn pair, so an offset that one pair of processes carries (docs/harness.md, "A/A
-    across processes") widens the CI instead of biasing it unseen, and one pair far from the others moves the
+    then ratios within each drawn pair, so an offset that one pair of processes carries (docs/design/protocol.md#pairs-of-processes) widens the CI instead of biasing it unseen, and one pair far from the others moves the
     speedup no further than the next one's median. ``pooling="ratios"`` (protocols 3-4, ``[statistics].pooling``):
     the median of all ratios pooled, where the pairs of processes that ran longest weigh most and the estimate
     follows outlying ones (a CPU A/A read 0.972 pooled and 0.997 by process medians: four of its six pairs of

@@ -1,4 +1,4 @@
-"""Finding problems, candidates and baselines on disk (docs/architecture.md, "The flow"; docs/suite.md). Reads directory listings only: nothing
+"""Finding problems, candidates and baselines on disk (docs/architecture.md#the-flow; docs/guide/candidates.md). Reads directory listings only: nothing
 here imports a candidate."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from typing import Sequence
 
 from .model import BaselineRef, CandidateKind, CandidateRef, ProblemRef
 
-#: the bundled suite, relative to the rootdir: collected by every session (docs/suite.md)
+#: the bundled suite, relative to the rootdir: collected by every session (docs/guide/candidates.md)
 BUNDLED_ROOT = Path("benchmarks") / "kernels"
 CANDIDATES_DIR = "candidates"
 BASELINES_DIR = "baselines"
 MLX_SUBDIR = "mlx"
 #: candidates that run only on a CUDA device (CUDA C++, Triton): collected with --device=cuda alone
 CUDA_SUBDIR = "cuda"
-TEMPLATES_DIR = "templates"  # search templates (docs/studies.md): candidates-to-be, never problems
+TEMPLATES_DIR = "templates"  # search templates (docs/guide/studies.md): candidates-to-be, never problems
 _SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR, CUDA_SUBDIR, TEMPLATES_DIR}
 
 

@@ -1,1 +1,1 @@
-"""Reports: terminal summary table and the JSON report (docs/report.md)."""
+"""Reports: terminal summary table and the JSON report (docs/reference/report.md)."""

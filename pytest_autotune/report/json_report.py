@@ -1,8 +1,9 @@
-"""The JSON report (schema ``pytest-autotune/report/1``, documented in docs/report.md and validated against
+"""The JSON report (schema ``pytest-autotune/report/1``, documented in docs/reference/report.md and validated against
 ``report.schema.json`` shipped beside this module)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -58,7 +59,11 @@ def bars(summary: dict[str, Any], b: "BarsSection") -> list[dict[str, Any]]:
 
 
 def build_report(snap: "SessionSnapshot") -> dict[str, Any]:
+    from .precision import session_precision
+
     summary = summarize(snap.outcomes, snap.protocol.bars.fast_p_thresholds, snap.measuring)
+    precision = session_precision(snap)
+    summary["precision"] = None if precision is None else {**dataclasses.asdict(precision), "line": precision.line()}
     return {
         "schema": SCHEMA_ID,
         "run": snap.run,

@@ -1,4 +1,4 @@
-"""PNG plots (matplotlib, Agg; ``autotune plot ...`` and ``--autotune-plots=DIR``), docs/studies.md:
+"""PNG plots (matplotlib, Agg; ``autotune plot ...`` and ``--autotune-plots=DIR``), docs/guide/studies.md:
 
 * ``speedups.png`` -- each item's honest speedup with its 95% CI against the strongest frozen baseline (log
   scale), the strawman speedup against the naive reference as a hollow marker, refused items listed with their

@@ -1,4 +1,4 @@
-"""What a session's reports are made of (docs/architecture.md, "Reports"): a frozen record the session hands to
+"""What a session's reports are made of (docs/architecture.md#modules-one-job-each): a frozen record the session hands to
 the JSON report, the terminal summary and the plots, so none of them reaches into the session."""
 
 from __future__ import annotations

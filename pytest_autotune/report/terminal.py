@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..gates.breaker import format_speedup
 from .json_report import bars, summarize
+from .precision import session_precision
 
 if TYPE_CHECKING:  # pragma: no cover
     from .snapshot import SessionSnapshot
@@ -23,7 +24,7 @@ def write_summary(tr: Any, snap: "SessionSnapshot") -> None:
     for o in outs:
         m = o.measurement
         if m is not None:
-            sp = f"{_fmt(m.speedup)} [{_fmt(m.ci_low)}, {_fmt(m.ci_high)}]" + ("" if m.ci_target_met else " *")
+            sp = f"{_fmt(m.speedup)} [{_fmt(m.ci_low)}, {_fmt(m.ci_high)}]"
             naive = _fmt(m.strawman_speedup)
             pairs = str(m.n_pairs)
         else:
@@ -33,8 +34,9 @@ def write_summary(tr: Any, snap: "SessionSnapshot") -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
         tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), bold=(i == 0))
-    if any(o.measurement is not None and not o.measurement.ci_target_met for o in outs):
-        tr.write_line("* CI target not reached within the item's time budget (see warnings)")
+    precision = session_precision(snap)
+    if precision is not None:  # one line for the run, not a warning per item (docs/guide/precision.md)
+        tr.write_line(precision.line())
     transfers = [(o, o.details["transfer"]) for o in outs if o.details.get("transfer")]
     if transfers:
         tr.write_line("")

@@ -7,7 +7,7 @@ cgroup v2 (``memory.max``, ``pids.max``, ``cpu.stat``, ``cgroup.kill``) where th
 can be enabled below the controller's cgroup, else cgroup v1 (``memory.limit_in_bytes``, ``pids.max``,
 ``cpuacct.usage``), one hierarchy per controller, as on hybrid hosts; where no hierarchy has a pids controller (the
 GPU host's v2 has none), a memory-only group, and the jail bounds the tasks otherwise (:mod:`.task_limit`). Where
-nothing is writable the jail falls back to rlimits (docs/threat-model.md, "The jail").
+nothing is writable the jail falls back to rlimits (docs/design/threat-model.md#the-jail).
 """
 
 from __future__ import annotations

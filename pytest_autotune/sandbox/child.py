@@ -1,6 +1,6 @@
 """The sandbox process: loads ONE arm -- the candidate, or the baseline -- and runs what the controller asks.
 
-The two arms of an item run in two sandboxes (docs/architecture.md, "Arms in separate processes"): the baseline's
+The two arms of an item run in two sandboxes (docs/architecture.md#arms-in-separate-processes): the baseline's
 never imports the candidate, so nothing the candidate leaves behind (patched instances, finalizers, modes, hooks,
 signal handlers) can run while the baseline is timed. The controller times each sample by asking one sandbox for
 it, alternating arms.
@@ -8,10 +8,9 @@ it, alternating arms.
 A sandbox never receives golden outputs, the database path, statistics or the run's nonce: only the problem and
 its arm's bytes, input recipes (seeds drawn by the controller) and commands. It answers with handles to raw
 outputs and raw timing samples; the controller decides. Everything here may be patched by the candidate, which is
-why every answer is checked by the controller (docs/threat-model.md).
+why every answer is checked by the controller (docs/design/threat-model.md).
 
-Between the candidate's calls no candidate code may run (docs/threat-model.md, "no candidate code outside its
-calls"): the garbage collector stays off (collected only at fixed points before inputs exist, so ``gc.isenabled()``
+Between the candidate's calls no candidate code may run (docs/architecture.md#no-candidate-code-outside-its-calls): the garbage collector stays off (collected only at fixed points before inputs exist, so ``gc.isenabled()``
 tells a timed call nothing), torch mode stacks must be empty whenever the harness builds or reads tensors, outputs
 must be plain tensors and are read with torch functions disabled, and the process leaves with ``os._exit``
 (atexit handlers never run).

@@ -1,4 +1,4 @@
-"""The sandbox's timing commands (docs/architecture.md, "Arms in separate processes"): ``calibrate``, ``configure``,
+"""The sandbox's timing commands (docs/architecture.md#arms-in-separate-processes): ``calibrate``, ``configure``,
 ``probe_graphs``, ``release`` (fingerprint and free a round's outputs), ``prepare`` (build a round's inputs),
 ``sample`` (one timed sample) and ``fingerprint``. Run inside the sandbox by :mod:`.child`, whose state they act
 on; in the tamper snapshot like the rest of the sandbox's harness code."""
@@ -179,7 +179,7 @@ def h_sample(st: ChildState, msg: dict) -> dict:
 
 def _page_faults() -> int:
     """Page faults of this process so far, every thread's (a fault inside a sample is time it pays for where its
-    memory landed, not for its calls: docs/harness.md, "Fresh placements")."""
+    memory landed, not for its calls: docs/design/protocol.md#fresh-placements)."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return int(ru.ru_minflt + ru.ru_majflt)
 

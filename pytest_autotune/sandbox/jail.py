@@ -1,4 +1,4 @@
-"""The sandbox jail: what a candidate's process may see and touch (docs/threat-model.md, "The jail").
+"""The sandbox jail: what a candidate's process may see and touch (docs/design/threat-model.md#the-jail).
 
 A :class:`JailPlan` is decided once per sandbox pool, in the controller, by :func:`plan_jail`: what this
 machine and this user allow, each part tried for real in a throwaway process (:func:`probe`, which runs
@@ -9,7 +9,7 @@ drops what it may not keep (:func:`fork_jailed`):
 
 * identity -- as root on the CPU an unprivileged uid of its own (``uid``); as a normal user, root of a user
   namespace that maps to the caller, every capability dropped (``userns``); as root on CUDA, where CUDA IPC
-  needs the controller's uid and user namespaces break CUDA (measured on the H200, docs/threat-model.md), the
+  needs the controller's uid and user namespaces break CUDA (measured on the H200, docs/design/threat-model.md), the
   same uid with every capability dropped, ``no_new_privs`` and the controller non-dumpable (``same-uid``);
 * namespaces -- pid (it is init of its own: every descendant, ``setsid`` or not, dies with it; it cannot name
   the controller or the zygote), net (its own loopback only), mount, ipc, uts;

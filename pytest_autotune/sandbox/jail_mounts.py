@@ -1,4 +1,4 @@
-"""The sandbox jail's view of the file system (docs/threat-model.md, "The jail"): the zygote's session view
+"""The sandbox jail's view of the file system (docs/design/threat-model.md#the-jail): the zygote's session view
 (everything read-only, ``/run`` and the store hidden, a minimal ``/dev``, the interpreter reachable by the
 sandbox's uid) and each sandbox's own mounts (private ``/tmp`` and ``/dev/shm``, a ``/proc`` of its pid
 namespace). :mod:`.jail` calls these in its order of steps; each raises :class:`JailError` naming the step.

@@ -1,5 +1,5 @@
 """The jail's plan: what the sandboxes of a pool may see and touch, decided once in the controller
-(docs/threat-model.md, "The jail"). :func:`plan_jail` starts from the strongest plan this platform, user and
+(docs/design/threat-model.md#the-jail). :func:`plan_jail` starts from the strongest plan this platform, user and
 device could have (:func:`wanted_plan`) and tries it for real in a throwaway process (:func:`probe`, which runs
 the probe program of :mod:`.jail`), removing each part that fails and recording how to get it back. The
 mechanism that applies a plan is :mod:`.jail`."""
@@ -17,7 +17,7 @@ from .environment import sandbox_env
 
 ISOLATION_CHOICES = ("required", "preferred", "off")
 NAMESPACES = ("user", "pid", "net", "mount", "ipc", "uts")
-#: what a "full" jail must have: each closes an attack class of docs/threat-model.md
+#: what a "full" jail must have: each closes an attack class of docs/design/threat-model.md
 FULL = ("identity", "pid", "net", "mount", "view", "seccomp", "limits")
 #: the sandbox's own ids on the CPU as root: the first uid from here that no account uses
 JAIL_UID_BASE = 64000
@@ -258,7 +258,7 @@ _FIX = {
 
 
 def _without(plan: JailPlan, step: str, detail: str) -> JailPlan:
-    why, fix = _FIX.get(step, (f"{step} failed", "see docs/threat-model.md"))
+    why, fix = _FIX.get(step, (f"{step} failed", "see docs/design/threat-model.md"))
     m = Missing(step, f"{why} ({detail})", fix)
     if step == "userns":
         return _rebound(replace(plan, identity="none", namespaces=(), view=False, missing=plan.missing + (m,)))
@@ -289,17 +289,17 @@ def _without(plan: JailPlan, step: str, detail: str) -> JailPlan:
         for part in CUDA_LADDER:
             if part == "view" and plan.view:
                 return replace(plan, view=False, missing=plan.missing + (Missing(
-                    "view", f"CUDA failed inside the read-only view ({detail})", "see docs/threat-model.md"),))
+                    "view", f"CUDA failed inside the read-only view ({detail})", "see docs/design/threat-model.md"),))
             if part == "limits" and SUPERVISED in plan.limits:
                 return _without(plan, "limits", f"CUDA failed under the task supervisor's filter ({detail})")
             if part == "seccomp" and plan.seccomp:
                 return replace(plan, seccomp=False, missing=plan.missing + (Missing(
-                    "seccomp", f"CUDA failed under the seccomp filter ({detail})", "see docs/threat-model.md"),))
+                    "seccomp", f"CUDA failed under the seccomp filter ({detail})", "see docs/design/threat-model.md"),))
             if part in plan.namespaces:
                 plan = replace(plan, namespaces=tuple(n for n in plan.namespaces if n != part),
                                view=plan.view and part != "mount", missing=plan.missing + (Missing(
                                    part, f"CUDA failed in a {part} namespace ({detail})",
-                                   "see docs/threat-model.md"),))
+                                   "see docs/design/threat-model.md"),))
                 if part == "pid" and SUPERVISED in plan.limits:
                     plan = _without(plan, "limits", "the task supervisor needs the sandbox's own pid namespace")
                 return plan

@@ -1,7 +1,7 @@
 """The jail's probe program (``python -m pytest_autotune.sandbox.jail_probe probe``, plan JSON in
 ``$AUTOTUNE_JAIL_PLAN``): a mini zygote and one sandbox under the plan, which reports what it sees.
 :func:`pytest_autotune.sandbox.jail_plan.probe` runs it in a throwaway process before a candidate ever runs under
-a plan, and removes each part that fails (docs/threat-model.md, "The jail").
+a plan, and removes each part that fails (docs/design/threat-model.md#the-jail).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The session's side of the jail: build the sandbox pool with the protocol's isolation, refuse or warn once,
-and the ``isolation`` provenance key of every run and every result (docs/threat-model.md, "The jail")."""
+and the ``isolation`` provenance key of every run and every result (docs/design/threat-model.md#the-jail)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ MALLOC_REUSE_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESH
 #: sandbox's life. Under "reuse" a round holding more than 1 GiB had its heap trimmed when it was freed, and the
 #: next round's outputs faulted in fresh pages inside its samples: 02_relu's reference took 3.8 ms a call at k = 64
 #: against 0.54 ms at k = 4 (118,000 page faults a sample; never trimmed: 0.54 ms at both;
-#: docs/harness.md, "The sample's shape")
+#: docs/results/cpu.md, "The sample's shape")
 MALLOC_STEADY_ENV = {**MALLOC_REUSE_ENV, "MALLOC_TRIM_THRESHOLD_": str(1 << 62)}
 
 
@@ -91,6 +91,6 @@ def isolation_keys(config: Any) -> list[ProvenanceKey]:
 
     return [
         ProvenanceKey("isolation", "run", dict, "the sandbox jail of this run: level, identity, namespaces, view, "
-                      "limits, seccomp, what is missing (docs/threat-model.md)", lambda c: c.get("isolation")),
+                      "limits, seccomp, what is missing (docs/design/threat-model.md)", lambda c: c.get("isolation")),
         ProvenanceKey("isolation", "item", dict, "the sandbox jail this result was measured in", collect),
     ]

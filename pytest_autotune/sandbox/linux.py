@@ -1,6 +1,6 @@
 """Thin wrappers over the Linux system calls the sandbox jail needs (namespaces, mounts, capabilities, prctl).
 
-Hand-rolled on purpose (docs/threat-model.md, "The jail"): Python 3.11 has no ``os.unshare``/``os.setns`` and
+Hand-rolled on purpose (docs/design/threat-model.md#the-jail): Python 3.11 has no ``os.unshare``/``os.setns`` and
 no ``mount`` at all; the well-kept tools that wrap them (bubblewrap, nsjail) start a *new program*, so a
 sandbox could no longer be forked from the pre-warmed zygote (2 s of torch import per item instead of a fork),
 and neither is installed on the GPU host. Each function is one system call, named after it, and raises

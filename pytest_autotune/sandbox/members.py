@@ -1,4 +1,4 @@
-"""A sandbox's processes as the host's ``/proc`` shows them, read by the controller (docs/threat-model.md, "slow
+"""A sandbox's processes as the host's ``/proc`` shows them, read by the controller (docs/design/threat-model.md, "slow
 the baseline from other processes"), cgroup or not.
 
 Under the jail every sandbox is init of a pid namespace of its own (:mod:`.jail`). Every process it ever starts --

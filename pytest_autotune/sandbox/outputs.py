@@ -4,7 +4,7 @@ A candidate's output must be plain data: exactly ``torch.Tensor`` (not a subclas
 dispatch key, not meta/fake/lazy), or an exact ``tuple``/``list`` of them. Anything else could run code when it
 is read -- a ``__torch_function__`` subclass that computes the rest of its rows on first use, a
 ``__torch_dispatch__`` wrapper -- and move the candidate's work out of its timed call into the harness's reads
-(docs/threat-model.md, "lazy outputs"). So :func:`output_problem` looks only at ``type()`` (which no object can
+(docs/design/threat-model.md, "lazy outputs"). So :func:`output_problem` looks only at ``type()`` (which no object can
 fake) and at the tensor's dispatch keys before any method is called, and everything that reads an output
 afterwards runs with torch functions disabled (:func:`harness_reads`), so even a missed override stays silent.
 The sandbox reports what it found; the controller's correctness and integrity gates decide.
@@ -116,7 +116,7 @@ def fingerprints(outs: list, gen: torch.Generator, n_positions: int) -> list[lis
     and a few values, computed where each output lives. On a GPU they are device reductions whose scalars all
     reach the host in one copy per device: a round of the 4 us yardstick keeps 400 outputs, and with a copy (and
     its synchronisation) per sum and per value set its rounds took 250-350 ms between samples on the H200, 190-220
-    ms with one (docs/results-h200.md, "Duty cycle")."""
+    ms with one (docs/results/h200.md#duty-cycle)."""
     pending: list[tuple[dict, torch.Tensor, int]] = []  # (leaf's print, its values and sums on its device, count)
     prints: list[list[dict]] = []
     with harness_reads():

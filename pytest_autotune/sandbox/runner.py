@@ -77,7 +77,7 @@ class SandboxPool:
 
     @property
     def plan(self) -> JailPlan:
-        """The jail every sandbox of this pool runs in, decided on first use (docs/threat-model.md)."""
+        """The jail every sandbox of this pool runs in, decided on first use (docs/design/threat-model.md)."""
         if self._plan is None:
             self._plan = self._decide_plan()
         return self._plan
@@ -123,7 +123,7 @@ class SandboxPool:
     def prestart(self) -> None:
         """Launch the zygote without waiting for it (the session does when collection ends): it imports torch and
         enters its jail while the controller prepares the first item; the first :meth:`start` waits for it. Measured
-        by a helper: 0.5-1.6 s less per one-item session (docs/harness.md)."""
+        (8b208d0): 0.5-1.6 s less per one-item session (docs/results/test-suite.md)."""
         if self.mode == "zygote" and self._zygote is None:
             self._zygote = Zygote(self.threads, self.workdir, self.start_timeout_s, self.env_extra, self.plan,
                                   wait=False)
@@ -279,7 +279,7 @@ class Sandbox:
                 raise SandboxFailure(
                     "processes", f"the sandbox ran {n} processes and threads, over the protocol's "
                     f"{self.max_processes} ({self.limits_key}.max_processes); it was killed (the controller's watchdog: "
-                    "nothing on this machine bounds a sandbox's tasks, docs/threat-model.md)", tail(self.log))
+                    "nothing on this machine bounds a sandbox's tasks, docs/design/threat-model.md)", tail(self.log))
         rss = rss_bytes(self.handle.pid)
         self.peak_rss = max(self.peak_rss, rss)
         if rss > self.memory_bytes:

@@ -1,4 +1,4 @@
-"""The sandbox's seccomp filter, built with libseccomp's Python bindings (docs/threat-model.md, "The jail").
+"""The sandbox's seccomp filter, built with libseccomp's Python bindings (docs/design/threat-model.md#the-jail).
 
 A deny list, answered with ``EPERM`` (a candidate sees a ``PermissionError``, the item goes on): every system
 call that reads or writes another process (``ptrace``, ``process_vm_readv/writev``, ``pidfd_getfd``, ``kcmp``),

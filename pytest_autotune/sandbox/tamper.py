@@ -5,7 +5,7 @@ A candidate runs in the same process as the sandbox's own code, so it can patch 
 the torch namespace the reference uses (to make itself look fast, or the baseline slow). Replacing an attribute
 changes the object bound to its name; that is what this catches. Patches below Python (ctypes writes into
 native code) are out of its reach — the controller's own clock and the clean-process baseline catch their
-effects (docs/threat-model.md).
+effects (docs/design/threat-model.md).
 """
 
 from __future__ import annotations
@@ -111,8 +111,7 @@ def _cuda_allocator() -> Any:
 
 
 # Code that runs between the candidate's calls -- while the harness builds inputs, reads outputs or waits -- is
-# the candidate's work moved out of its timed window (docs/threat-model.md, "no candidate code outside its
-# calls"). Every way to schedule such code that Python exposes is watched here: signal handlers and interval
+# the candidate's work moved out of its timed window (docs/architecture.md#no-candidate-code-outside-its-calls). Every way to schedule such code that Python exposes is watched here: signal handlers and interval
 # timers, garbage-collector callbacks and state, profile/trace hooks (sys and threading), torch function and
 # dispatch modes left pushed, and the CUDA allocator backend. (atexit handlers never run: sandboxes leave with
 # os._exit. Import hooks never run: the harness imports nothing after the candidate loads. CPU affinity is checked by

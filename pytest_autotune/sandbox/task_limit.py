@@ -1,5 +1,5 @@
 """A bound on a sandbox's tasks (processes and threads) that holds for uid 0, where no cgroup ``pids`` controller
-is there (docs/threat-model.md, "The jail": limits).
+is there (docs/design/threat-model.md#the-jail: limits).
 
 Why: on CUDA the sandbox keeps the controller's uid (CUDA IPC needs it; a user namespace breaks CUDA), which is root
 on the GPU host; root's ``RLIMIT_NPROC`` binds nothing there (the kernel exempts the initial user namespace's root

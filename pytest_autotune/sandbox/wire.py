@@ -6,7 +6,7 @@ after checking that the byte count matches the declared shape. Frame: ``!QQ`` he
 header, then the blobs back to back.
 
 Large outputs do not travel as bytes: a device exports them as a handle (a sealed memfd on the CPU, a CUDA IPC
-handle on a GPU; docs/architecture.md "Outputs cross by handle"). A file descriptor travels as
+handle on a GPU; docs/architecture.md#outputs-cross-by-handle). A file descriptor travels as
 :class:`PassedFd` (``{"__fd__": i}`` in the header, the descriptor itself as ``SCM_RIGHTS`` ancillary data on the
 frame's first bytes). Every channel counts the bytes and descriptors it moved (:attr:`Channel.stats`), so a test
 can hold the controller-sandbox traffic of an item to a budget.

@@ -5,7 +5,7 @@ started with a scrubbed environment and the protocol's thread counts (so it hold
 is safe), never loads a candidate, and never holds golden outputs or secrets. Each forked sandbox gets its own
 process group (the controller kills the group on timeout or memory blow-up) and its own log file.
 
-The jail (:mod:`.jail`, docs/threat-model.md): the controller hands the zygote its plan in the environment;
+The jail (:mod:`.jail`, docs/design/threat-model.md): the controller hands the zygote its plan in the environment;
 the zygote enters the session's part first thing, before it imports anything (a user namespace needs a
 single-threaded process), and forks every sandbox into fresh namespaces of its own, which the sandbox completes
 and locks (uid, capabilities, seccomp) before it reads its first command.
@@ -157,8 +157,7 @@ def main() -> None:
 def leave() -> None:
     """Exit once ``serve`` is done (the controller said ``exit`` or is gone). The zygote holds no file but its log
     (stdout and stderr) and registers nothing it needs at exit, so it flushes the log and leaves with ``os._exit``:
-    Python's own teardown of torch took ~0.8 s here, which the controller's ``close`` waited out (docs/harness.md,
-    "suite-time-4"). Its sandboxes are killed by the kernel with it where it leads a pid namespace, else by the
+    Python's own teardown of torch took ~0.8 s here, which the controller's ``close`` waited out (docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431). Its sandboxes are killed by the kernel with it where it leads a pid namespace, else by the
     controller (every ``Sandbox.close`` kills and reaps its process group)."""
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -1,4 +1,4 @@
-"""The results store: SQLite with its validator inside the database (see docs/schema.md).
+"""The results store: SQLite with its validator inside the database (see docs/reference/store.md).
 
 Only the controller process writes, through :class:`ResultStore`; xdist workers check their rows first with
 :func:`dry_run_insert`. ``autotune verify`` / ``merge`` / ``show`` / ``quarantine`` are built on this package.

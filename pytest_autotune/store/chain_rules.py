@@ -1,4 +1,4 @@
-"""The hash chain's rules in the database (docs/schema.md, "Hash chains and MACs"): each chained table checks
+"""The hash chain's rules in the database (docs/reference/store.md#hash-chains-and-macs): each chained table checks
 ``prev_hash`` against ``chain_state.head`` and advances it, is append-only, and ``chain_state`` itself only ever
 advances. Also the ``rule_epochs`` rows a migration that adds a rule to an existing table writes.
 

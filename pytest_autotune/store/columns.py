@@ -1,4 +1,4 @@
-"""The store's columns and its hash policy (docs/schema.md, "Tables and columns", "Hash chains and MACs").
+"""The store's columns and its hash policy (docs/reference/store.md#tables-and-columns, "Hash chains and MACs").
 
 Columns and their declared STRICT types are read from the migrated template (:mod:`.template`), never listed twice:
 a value is stored as exactly its column's type or refused, so what ``verify`` reads back hashes like what the
@@ -37,7 +37,7 @@ __all__ = [
     "own_tables",
 ]
 
-#: the held-out retest link (docs/heldout.md): "results:<id>" (a results row of this store) or
+#: the held-out retest link (docs/guide/heldout.md): "results:<id>" (a results row of this store) or
 #: "report:<file>#<run_id>/<nodeid>" (an item of a committed JSON report)
 RETEST_RESULTS_PREFIX = "results:"
 RETEST_REPORT_PREFIX = "report:"

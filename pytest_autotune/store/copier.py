@@ -1,5 +1,5 @@
 """Copying a store's rows into another through the target's validator: the machinery of ``autotune merge``
-(:mod:`.merge`) and of verify's replay (:mod:`.replay`). docs/schema.md, "merge".
+(:mod:`.merge`) and of verify's replay (:mod:`.replay`). docs/reference/store.md#merge.
 
 Run by run (in the source's order) the run is inserted unfinished, its study registrations, quarantine,
 rejections and results rows are inserted through the target's own triggers (``prev_hash``/``row_hash``

@@ -28,7 +28,7 @@ __all__ = ["ResultStore"]
 
 
 class ResultStore(StoreWriter):
-    """The results database. Open it with :meth:`open`; see docs/schema.md."""
+    """The results database. Open it with :meth:`open`; see docs/reference/store.md."""
 
     @classmethod
     def open(
@@ -68,7 +68,7 @@ class ResultStore(StoreWriter):
     # -------------------------------------------------------------------------------------- reading
 
     def verify(self) -> VerifyReport:
-        """``autotune verify`` on this store (docs/schema.md, "verify")."""
+        """``autotune verify`` on this store (docs/reference/store.md#verify)."""
         with self._lock:
             return verify_connection(self._conn, str(self.path))
 

@@ -1,4 +1,4 @@
-"""``dry_run_insert``: would the store take this row? (docs/schema.md, "Files, transactions, crash safety").
+"""``dry_run_insert``: would the store take this row? (docs/reference/store.md#files-transactions-crash-safety).
 
 pytest-xdist workers never write the store: they validate each row here, against the very same schema and
 triggers in a private :memory: copy of the template holding only the run and its protocol, and hand it to the

@@ -1,5 +1,5 @@
 """``autotune merge A.db B.db -o all.db``: copy runs from several stores into one, through the target's validator
-(docs/schema.md, "merge"; the copying itself is :mod:`.copier`).
+(docs/reference/store.md#merge; the copying itself is :mod:`.copier`).
 
 Each source is opened read-only and verified first; one that fails verify is refused unless ``force``, and then
 still merged row by row through the validator with every MAC checked. A run already in the target (same run_id) is

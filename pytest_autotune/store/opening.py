@@ -1,4 +1,4 @@
-"""Checks before and while a store file is opened (docs/schema.md, "Opening a store: what is refused").
+"""Checks before and while a store file is opened (docs/reference/store.md#opening-a-store-what-is-refused).
 
 Nothing here writes: a file that is refused is left exactly as it was, and every refusal is a :class:`StoreError`
 naming the path, what is wrong and what to do.

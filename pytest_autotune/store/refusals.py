@@ -1,4 +1,4 @@
-"""The validator's refusals as :class:`ValidatorRefusal` (docs/schema.md, "Error messages and rule names")."""
+"""The validator's refusals as :class:`ValidatorRefusal` (docs/reference/store.md#error-messages-and-rule-names)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,6 @@ def refusal_from(err: sqlite3.IntegrityError, table: str | None = None) -> Valid
         message = f"{rule}: {message}"
     elif message.startswith("CHECK constraint failed"):
         where = f" on {table}" if table else ""
-        why = CHECK_EXPLANATIONS.get(rule, "see docs/schema.md")
+        why = CHECK_EXPLANATIONS.get(rule, "see docs/reference/store.md")
         message = f"{rule}: {why} (CHECK constraint {rule}{where})"
     return ValidatorRefusal(rule, message)

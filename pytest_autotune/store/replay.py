@@ -1,4 +1,4 @@
-"""verify's replay (docs/schema.md, "verify", step 7): every row of a store inserted again, in order, into a
+"""verify's replay (docs/reference/store.md#verify, step 7): every row of a store inserted again, in order, into a
 private :memory: copy of the template through the current validator. A row refused there got in while the
 validator was bypassed (e.g. triggers dropped and recreated around a forged insert with a correct hash and MAC).
 

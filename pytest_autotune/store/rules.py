@@ -1,4 +1,4 @@
-"""The measurement rules (docs/schema.md, "Rules"): the CHECKs and triggers every ``results`` and ``quarantine``
+"""The measurement rules (docs/reference/store.md#rules): the CHECKs and triggers every ``results`` and ``quarantine``
 row meets (migration 0001). ``results`` alone has the breaker rule: a measurement above the breaker belongs in
 quarantine.
 

@@ -1,4 +1,4 @@
-"""The store's schema in one namespace, for tests and tools (docs/schema.md).
+"""The store's schema in one namespace, for tests and tools (docs/reference/store.md).
 
 Nothing in the store imports this module: the schema is made by the migrations (:mod:`.migrations`, one module per
 migration, built with :mod:`.sqlbuild`, :mod:`.chain_rules` and :mod:`.rules`), read back from the migrated

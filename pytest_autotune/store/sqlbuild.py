@@ -1,4 +1,4 @@
-"""SQL text builders for the validator (docs/schema.md, "Rules"): named CHECK constraints, ``RAISE(ABORT, ...)``
+"""SQL text builders for the validator (docs/reference/store.md#rules): named CHECK constraints, ``RAISE(ABORT, ...)``
 triggers and the predicates they share.
 
 Every migration builds its SQL with these functions, so their output is part of what a migration executes: a change

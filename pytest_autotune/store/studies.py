@@ -1,4 +1,4 @@
-"""Study rows in the store (migration 0005_study, docs/schema.md): registrations, a study's rows, verdicts and
+"""Study rows in the store (migration 0005_study, docs/reference/store.md): registrations, a study's rows, verdicts and
 re-measure links. Writes go through :meth:`ResultStore.insert_row` (the database's validator); reads are plain
 queries."""
 

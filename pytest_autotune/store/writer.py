@@ -1,4 +1,4 @@
-"""The one way rows get into a store: :class:`StoreWriter` (docs/schema.md, "Files, transactions, crash safety").
+"""The one way rows get into a store: :class:`StoreWriter` (docs/reference/store.md#files-transactions-crash-safety).
 
 Every write is one ``BEGIN IMMEDIATE`` transaction: read the chain head, compute ``row_hash`` (and ``row_mac``),
 ``INSERT`` through the database's own validator, read the row back, ``COMMIT``; a killed transaction leaves
@@ -186,7 +186,7 @@ class StoreWriter(StoreReader):
         if unknown:
             raise ValidatorRefusal(
                 "columns",
-                f"columns: table {table} has no column {', '.join(unknown)}; see docs/schema.md for its columns",
+                f"columns: table {table} has no column {', '.join(unknown)}; see docs/reference/store.md for its columns",
             )
         data = {k: v for k, v in row.items() if k not in ("id", "prev_hash", "row_hash")}
         for stamp in ("created_at", "released_at"):
@@ -225,7 +225,7 @@ class StoreWriter(StoreReader):
                 raise StoreError(
                     f"{self.path}: the {table} row reads back differently from what was written (column(s) "
                     f"{', '.join(changed) or '?'} were converted by SQLite), so its hash would not verify; pass "
-                    "values of the column types (docs/schema.md). Nothing was recorded"
+                    "values of the column types (docs/reference/store.md). Nothing was recorded"
                 )
         assert rowid is not None
         return int(rowid)

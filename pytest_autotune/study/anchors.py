@@ -1,10 +1,10 @@
-"""External anchors: published numbers re-measured here (``anchors.toml``, docs/anchors.md).
+"""External anchors: published numbers re-measured here (``anchors.toml``, docs/guide/anchors.md).
 
 An anchor names a published ratio (KernelBench's H100 eager vs ``torch.compile`` timings), the problem written at
 the published shapes, the compiled candidate, the hardware and software it was published for, and -- written
 before measuring -- the mechanism expected to make our number diverge and in which direction. Each anchor item
 is a study of its own (``anchor:<id>``), so its entry is pre-registered like a study's: the plugin records, at its
-first measurement, whether the entry was committed (docs/studies.md).
+first measurement, whether the entry was committed (docs/guide/studies.md).
 
 Verdicts (band: ``[bands].anchoring``, ±10%):
 
@@ -81,7 +81,7 @@ def parse_anchors(path: Path) -> dict[str, Anchor]:
         missing = [k for k in _REQUIRED if k not in raw]
         if missing:
             raise RegistryError(f"{where}: missing {', '.join(missing)} (an anchor states its source, shapes, dtype, "
-                                "hardware, published ratio and, before measuring, the mechanism; docs/anchors.md)")
+                                "hardware, published ratio and, before measuring, the mechanism; docs/guide/anchors.md)")
         unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL))
         if unknown:
             raise RegistryError(f"{where}: unknown key {unknown[0]!r}")

@@ -1,4 +1,4 @@
-"""The plumbing audit of model-call logs (``autotune audit CALLS.jsonl``, docs/studies.md).
+"""The plumbing audit of model-call logs (``autotune audit CALLS.jsonl``, docs/guide/studies.md).
 
 Infrastructure defects look like results: the reference study lost 97% of 148 calls to a 4096-token cap before
 anyone noticed, and its "agent" arm was mostly measuring truncated answers. This module reads a JSON-lines log of

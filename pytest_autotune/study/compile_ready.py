@@ -1,4 +1,4 @@
-"""Make torch.compile's one-time changes to torch before a sandbox's tamper snapshot (docs/anchors.md).
+"""Make torch.compile's one-time changes to torch before a sandbox's tamper snapshot (docs/guide/anchors.md).
 
 Importing ``torch._dynamo`` rewraps ``torch.manual_seed``, and dynamo's first compile patches
 ``torch.nn.Module.__init__`` and ``__setstate__`` (generation tagging). Done by a candidate, both read as a candidate

@@ -1,4 +1,4 @@
-"""The treatment-delivery checkpoint (docs/studies.md).
+"""The treatment-delivery checkpoint (docs/guide/studies.md).
 
 A comparison of two arms means something only if the arms received different treatments. The evidence:
 

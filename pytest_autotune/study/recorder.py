@@ -1,5 +1,5 @@
 """The session side of studies: which items belong to which study, arm and iteration; the registration row
-before a study's first row; what the session tells about its studies and anchors (docs/studies.md).
+before a study's first row; what the session tells about its studies and anchors (docs/guide/studies.md).
 
 * ``--study=NAME --arm=NAME [--iteration=K]`` attach every item of the session; ``--study-manifest=PATH`` (written
   by ``autotune search``) gives each generated candidate its own iteration and names the study and arm.

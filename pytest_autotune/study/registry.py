@@ -1,8 +1,8 @@
 """Pre-registration: registry files (``studies.toml``, ``anchors.toml``) and the git check of an entry.
 
 A study's comparison is written down before its first result: hypothesis, arms, metric, direction, usability
-bar, success bar and pairs (docs/studies.md). What the check finds when the study's first row is recorded goes
-into the store (``study_registrations``, docs/schema.md): ``registered`` when the entry is committed in HEAD and
+bar, success bar and pairs (docs/guide/studies.md). What the check finds when the study's first row is recorded goes
+into the store (``study_registrations``, docs/reference/store.md): ``registered`` when the entry is committed in HEAD and
 the working tree holds the same entry, ``uncommitted`` when it exists but is not committed (or differs from
 HEAD's), ``unregistered`` when there is none. Entries are compared by the digest of their canonical JSON, so
 reformatting or comments are not edits, and any changed value is.
@@ -108,7 +108,7 @@ class StudyEntry:
         for key in ("hypothesis", "arms", "metric", "direction", "min_usable", "success_bar", "pairs"):
             if key not in raw:
                 raise RegistryError(f"{where}: missing key {key!r}; a registration states hypothesis, arms, metric, "
-                                    "direction, min_usable, success_bar and pairs (docs/studies.md)")
+                                    "direction, min_usable, success_bar and pairs (docs/guide/studies.md)")
         hyp = raw["hypothesis"]
         if not isinstance(hyp, str) or len(hyp.strip()) < 10:
             raise RegistryError(f"{where}: hypothesis must say in words what is expected (at least 10 characters)")

@@ -1,4 +1,4 @@
-"""Re-measurement (``autotune remeasure RUN``, docs/studies.md).
+"""Re-measurement (``autotune remeasure RUN``, docs/guide/studies.md).
 
 Every accepted result of a run is re-timed in a new run (a fresh pytest session: new nonce, new seeds, new
 sandboxes), and each new results row is linked to the row it re-measures (``results.remeasure_of``; the database

@@ -1,5 +1,5 @@
 """``autotune study report NAME``: a study's verdict from the store, its registry entry as it reads now, and its
-arms' call logs; recorded in ``study_verdicts`` (docs/studies.md)."""
+arms' call logs; recorded in ``study_verdicts`` (docs/guide/studies.md)."""
 
 from __future__ import annotations
 

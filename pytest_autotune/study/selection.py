@@ -1,4 +1,4 @@
-"""Which collected items a session keeps, for studies (docs/studies.md, docs/anchors.md):
+"""Which collected items a session keeps, for studies (docs/guide/studies.md, docs/guide/anchors.md):
 
 * anchor items (an ``anchors.toml`` entry names their problem and candidate) get the ``anchor`` marker and run
   only when asked: ``-m`` mentions ``anchor``, or the anchor's file or folder is named on the command line. They

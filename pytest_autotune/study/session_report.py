@@ -1,5 +1,5 @@
 """What a pytest session says about its studies, anchors and re-measurement: the JSON report's ``studies`` key
-and the terminal lines after the results table (docs/studies.md)."""
+and the terminal lines after the results table (docs/guide/studies.md)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def write_terminal(tr: Any, snap: "SessionSnapshot") -> None:
             tr.write_line(f"  pre-registered: {st['registration_detail']}")
         tr.write_line(f"  verdict: autotune study report {st['study']}")
     if s["anchors"]:
-        tr.write_line("external anchors (measured ratio vs published; docs/anchors.md):", bold=True)
+        tr.write_line("external anchors (measured ratio vs published; docs/guide/anchors.md):", bold=True)
         for a in s["anchors"]:
             measured = "-" if a["measured_ratio"] is None else f"{a['measured_ratio']:.3g}x"
             tr.write_line(f"  {a['anchor']}: {a['verdict']} -- measured {measured}, published "

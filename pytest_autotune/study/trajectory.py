@@ -1,5 +1,5 @@
 """Trajectories: per arm and problem, the iterations in order, which were usable, and the best-so-far honest
-speedup after each (docs/studies.md)."""
+speedup after each (docs/guide/studies.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unusable iterations of a search manifest, as items (docs/agent.md, "Unusable iterations").
+"""Unusable iterations of a search manifest, as items (docs/guide/llm-tuner.md#unusable-iterations).
 
 An adaptive tuner's iteration can end without anything to measure: the model's reply held no code, was cut off by
 the token cap, named an engine flag outside the declared space, or the call failed. ``autotune search`` writes such

@@ -1,4 +1,4 @@
-"""A study's verdict (docs/studies.md), from its attempts, its registration and its call logs.
+"""A study's verdict (docs/guide/studies.md), from its attempts, its registration and its call logs.
 
 In order, the first that applies:
 

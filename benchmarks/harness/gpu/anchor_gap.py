@@ -1,5 +1,5 @@
-"""Where the anchors' ratios and triton's ``do_bench`` differ, per arm and per sample (docs/anchors.md), and where the
-head start's time went (docs/results-h200.md, "The head start").
+"""Where the anchors' ratios and triton's ``do_bench`` differ, per arm and per sample (docs/guide/anchors.md), and where the
+head start's time went (docs/results/h200.md, "The head start").
 
     python3 benchmarks/harness/gpu/anchor_gap.py --pair REPORT.json OUTSIDE.json [--pair ...] [--synced SYNCED.json]
                                                  [--probe HEADSTART.json] [--constant-us 240] [--json OUT.json]

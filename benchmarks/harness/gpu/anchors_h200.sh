@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The external anchors (benchmarks/kernels/anchors, docs/anchors.md) on a CUDA GPU, in ONE run, with triton's
+# The external anchors (benchmarks/kernels/anchors, docs/guide/anchors.md) on a CUDA GPU, in ONE run, with triton's
 # do_bench of the same eager and compiled modules beside each:
 #
 #   bash benchmarks/harness/gpu/anchors_h200.sh [OUT_DIR]                      # every anchor (default /tmp/anchors-out)

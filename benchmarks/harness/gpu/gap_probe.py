@@ -1,4 +1,4 @@
-"""Where does the CUDA device's per-call excess over triton's do_bench come from? (docs/results-h200.md)
+"""Where does the CUDA device's per-call excess over triton's do_bench come from? (docs/results/h200.md)
 
     python3 benchmarks/harness/gpu/gap_probe.py --out gap.json
 

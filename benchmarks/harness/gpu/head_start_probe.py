@@ -1,5 +1,4 @@
-"""Where the compiled arms' fixed cost per sample goes with the head start, outside the sandboxes (docs/results-h200.md,
-"The head start").
+"""Where the compiled arms' fixed cost per sample goes with the head start, outside the sandboxes (docs/results/h200.md, "The head start").
 
     python3 benchmarks/harness/gpu/head_start_probe.py --out DIR/headstart.json [--samples 16] [--only 19_ReLU ...]
 

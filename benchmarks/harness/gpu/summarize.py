@@ -24,7 +24,7 @@ def _load(p: Path) -> Optional[dict]:
         return None
 
 
-#: acceptance bars of the GPU leg (docs/results-h200.md)
+#: acceptance bars of the GPU leg (docs/results/h200.md)
 AA_BARS = {"aa_relu_130us": {"max_dev": 0.003, "max_ci_width": 0.01},
            "aa_relu_4us": {"max_dev": 0.003, "max_ci_width": 0.03}}
 DOBENCH_BAR = 0.02

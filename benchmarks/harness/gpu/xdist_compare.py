@@ -1,4 +1,4 @@
-"""The bundled GPU suite under ``-n 0`` against ``-n 2`` on a two-GPU host (docs/xdist.md).
+"""The bundled GPU suite under ``-n 0`` against ``-n 2`` on a two-GPU host (docs/guide/parallel.md).
 
     python benchmarks/harness/gpu/xdist_compare.py OUT_DIR     # reads n0.json n2.json, /tmp/n0.db /tmp/n2.db
 

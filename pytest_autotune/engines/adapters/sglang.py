@@ -1,6 +1,6 @@
 """SGLang — written to its documented CLI, native API and production metrics; UNTESTED here.
 
-Why untested (docs/engines.md): SGLang's PyPI wheel is built for CUDA, and its CPU backend needs AVX-512 (the
+Why untested (docs/guide/engines.md): SGLang's PyPI wheel is built for CUDA, and its CPU backend needs AVX-512 (the
 development machines have AVX2 only); the GPU machine has neither SGLang nor network access. The adapter is what
 the documentation describes, so that a machine that can run SGLang measures it like the others:
 

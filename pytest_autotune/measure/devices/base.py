@@ -4,7 +4,7 @@ A device object lives in two places: the controller (golden outputs, comparisons
 the sandbox (candidate calls, timing). Devices are plugins: ``pytest_autotune_devices`` returns :class:`DeviceSpec`
 s whose ``target`` ("module:Class") the sandbox imports by name.
 
-Outputs never travel as bytes on the sandbox socket (docs/architecture.md, "Outputs cross by handle"): the
+Outputs never travel as bytes on the sandbox socket (docs/architecture.md#outputs-cross-by-handle): the
 sandbox calls :meth:`Device.export_tensor` on each plain output tensor and sends the small metadata it returns;
 the controller calls :meth:`Device.open_export` and judges the tensor it gets, on the device. The default (any
 torch device whose tensors can be copied to the host) is a sealed memfd (:mod:`.memfd`); CUDA uses IPC handles.
@@ -69,7 +69,7 @@ class Device(abc.ABC):
 
     @classmethod
     def count(cls) -> int:
-        """Devices of this kind on this host: xdist worker gwN measures on index N mod count (docs/xdist.md)."""
+        """Devices of this kind on this host: xdist worker gwN measures on index N mod count (docs/guide/parallel.md)."""
         return 1
 
     def fingerprint(self) -> dict[str, Any]:

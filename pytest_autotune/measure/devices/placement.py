@@ -1,10 +1,10 @@
-"""Fresh buffer placements every round, inside one sandbox process (``[devices.cpu].placement_span_kib``; issue 28).
+"""Fresh buffer placements every round, inside one sandbox process (``[devices.cpu].placement_span_kib``; docs/design/protocol.md#fresh-placements).
 
 With ``[sandbox].malloc = "reuse"`` glibc hands a process the same heap addresses round after round: a round frees
 its inputs and outputs and the next one gets the same blocks back, on the same physical pages, at the same
 offsets from each other. Whatever that placement costs (cache sets of a physically indexed cache, 4 KiB aliasing of
 a call's loads against its stores) is then frozen into the process for its whole life: an offset that only more
-processes average out (docs/harness.md). Stabilizer (Curtsinger & Berger 2013) turns such layout effects into
+processes average out (docs/results/cpu.md). Stabilizer (Curtsinger & Berger 2013) turns such layout effects into
 noise within one run by moving things while it runs; this does the same for a timed arm's data.
 
 Each round, before its inputs are built, the sandbox holds a *spacer* of a random size (the span plus whole pages

@@ -1,4 +1,4 @@
-"""The store's migrations, in order (docs/schema.md, "Migrations").
+"""The store's migrations, in order (docs/reference/store.md#migrations).
 
 A new database runs them all; an older one the ones it lacks, in place (sqlite-utils' ``Migrations``, set
 ``pytest_autotune.store``, table ``_sqlite_migrations``). Migration N sets ``PRAGMA user_version = N`` as its last

@@ -1,4 +1,4 @@
-"""Migration 0002_retest (schema 2): the held-out retest link (docs/heldout.md): ``results.retest_of`` and
+"""Migration 0002_retest (schema 2): the held-out retest link (docs/guide/heldout.md): ``results.retest_of`` and
 ``results.transfer_ratio`` with their CHECKs, added by ``ALTER TABLE ... ADD COLUMN`` (existing rows read NULL
 there, which every new rule accepts, and keep their hashes: NULL added columns are left out of the canonical row),
 and the trigger ``results_retest_link``."""

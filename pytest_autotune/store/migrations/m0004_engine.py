@@ -1,4 +1,4 @@
-"""Migration 0004_engine (schema 4): engine rows (docs/engines.md). A ratio is only ever between two launches of
+"""Migration 0004_engine (schema 4): engine rows (docs/guide/engines.md). A ratio is only ever between two launches of
 the SAME engine, driven by the SAME paired seeds. The arms are described in the row's provenance
 (``arms.baseline``, ``arms.candidate``: engine name and the seeds that decided its prompts); the row's problem is
 ``<engine>:<workload>``. Kernel rows are not concerned."""

@@ -1,4 +1,4 @@
-"""Migration 0005_study (schema 5): studies (docs/studies.md). ``rejections.study/arm/iteration/candidate_sha256``,
+"""Migration 0005_study (schema 5): studies (docs/guide/studies.md). ``rejections.study/arm/iteration/candidate_sha256``,
 ``results.remeasure_of`` (the row-by-row re-measure link), the tables ``study_registrations`` (what the
 pre-registration check found at a study's first row: registered, uncommitted or unregistered; MACed with the
 run's nonce like a measurement) and ``study_verdicts`` (every verdict a study report gave; one may read

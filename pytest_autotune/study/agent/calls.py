@@ -1,4 +1,4 @@
-"""The model-call log (docs/agent.md, "The call log"): one JSON line per model call, and the redaction that keeps
+"""The model-call log (docs/guide/llm-tuner.md#the-call-log): one JSON line per model call, and the redaction that keeps
 the API key out of everything the search writes.
 
 Each line is a record that ``autotune audit`` and ``autotune study report --calls`` read as they are::

@@ -1,5 +1,5 @@
 """One chat completion against an OpenAI-compatible endpoint, through the official ``openai`` client, with
-retries, a per-call timeout and a log line per call (docs/agent.md, "Calls that behave").
+retries, a per-call timeout and a log line per call (docs/guide/llm-tuner.md#calls-that-behave).
 
 * The client is ``openai.OpenAI`` with its own retries off (``max_retries=0``): the retries are made here, so each
   attempt's status, error and latency go into the call's log line. A transport error (connection refused or

@@ -1,4 +1,4 @@
-"""The LLM tuner's adaptive loop (docs/agent.md, "The loop").
+"""The LLM tuner's adaptive loop (docs/guide/llm-tuner.md#the-loop).
 
 For each of ``budget`` iterations: build the prompt from the target and every earlier outcome, make one chat
 completion (logged), and judge the reply:

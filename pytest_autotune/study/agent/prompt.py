@@ -1,4 +1,4 @@
-"""The prompts of the LLM tuner (docs/agent.md shows them in full): a system message that says what a candidate is
+"""The prompts of the LLM tuner (docs/guide/llm-tuner.md shows them in full): a system message that says what a candidate is
 and what is refused, and a user message with the problem's source, the frozen baselines to beat and every earlier
 iteration's outcome. One chat completion per iteration: the history travels in the prompt, not as a conversation,
 so each call's request is complete in its log line.

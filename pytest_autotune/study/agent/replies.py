@@ -1,4 +1,4 @@
-"""What a model's reply gives an iteration (docs/agent.md, "Unusable iterations"): candidate code, an engine flag
+"""What a model's reply gives an iteration (docs/guide/llm-tuner.md#unusable-iterations): candidate code, an engine flag
 set, or the reason it gives nothing to measure.
 
 Nothing here runs or imports the reply: code is found by text (fenced blocks), checked by nothing but its text, and

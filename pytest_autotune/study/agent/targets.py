@@ -1,4 +1,4 @@
-"""What the LLM tuner searches (docs/agent.md): a kernel problem (a reply is a candidate module) or an engine's
+"""What the LLM tuner searches (docs/guide/llm-tuner.md): a kernel problem (a reply is a candidate module) or an engine's
 declared flag space (a reply is a flag set). A target builds the prompt, reads a reply into an artifact, writes
 the artifact as a file inside the modification surface, and names the pytest session that measures it -- the
 same session, gates and store as any other candidate of its kind."""
@@ -144,7 +144,7 @@ class EngineTarget(Target):
             raise AutotuneUsageError(f"--engine: {e}") from None
         if not self.decl.space:
             raise AutotuneUsageError(f"{declaration} declares no [space]: list the flags a search may set and their "
-                                     "choices (docs/engines.md)")
+                                     "choices (docs/guide/engines.md)")
         names = list(self.decl.workloads)
         self.workload = workload or names[0]
         if self.workload not in self.decl.workloads:

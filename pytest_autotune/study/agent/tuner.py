@@ -1,4 +1,4 @@
-"""``--tuner=llm`` on the tuner seam: an adaptive tuner that writes candidates itself (docs/agent.md).
+"""``--tuner=llm`` on the tuner seam: an adaptive tuner that writes candidates itself (docs/guide/llm-tuner.md).
 
 It proposes no points of a template's space: ``autotune search`` runs it through the adaptive loop
 (:mod:`pytest_autotune.study.agent.loop`), one model call and one measured iteration at a time.

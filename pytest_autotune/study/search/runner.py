@@ -83,7 +83,7 @@ def write_candidates(plan: SearchPlan, points: Sequence[dict]) -> list[dict]:
         iteration = plan.first_iteration + k
         name = f"{plan.tuner.name}_s{plan.seed}_i{iteration:03d}"
         # the header names the tuner, seed and point, not the study or arm: two arms given the same tuner and seed
-        # produce byte-identical candidates, which the treatment-delivery check sees (docs/studies.md)
+        # produce byte-identical candidates, which the treatment-delivery check sees (docs/guide/studies.md)
         header = f"autotune search: tuner {plan.tuner.name}, seed {plan.seed}, point {k + 1} of {len(points)}"
         text = plan.template.instantiate(point, header)
         path = folder / f"{name}.py"

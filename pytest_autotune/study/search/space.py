@@ -165,7 +165,7 @@ def load_template(path: Path) -> Template:
     for name in (SPACE_NAME, PARAMS_NAME):
         if name not in found:
             raise AutotuneUsageError(f"{path} is not a search template: it has no module-level {name} = {{...}} "
-                                     "(docs/studies.md, \"Search templates\")")
+                                     "(docs/guide/studies.md, \"Search templates\")")
     raw_space = _literal(found[SPACE_NAME].value, path, SPACE_NAME)
     if not isinstance(raw_space, dict) or not raw_space:
         raise AutotuneUsageError(f"{path}: {SPACE_NAME} must be a non-empty dict of name -> list of values")
@@ -199,6 +199,6 @@ def find_template(problem: Path, name: Optional[str] = None) -> Path:
         return found[0]
     if not found:
         raise AutotuneUsageError(f"no search template for {problem.name}: write one as {folder}/<name>.py "
-                                 "(docs/studies.md) or pass --template=PATH")
+                                 "(docs/guide/studies.md) or pass --template=PATH")
     raise AutotuneUsageError(f"{folder} holds {len(found)} templates ({', '.join(p.stem for p in found)}): "
                              "choose one with --template=PATH")

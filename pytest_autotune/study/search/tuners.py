@@ -2,7 +2,7 @@
 
 The seam: a :class:`Tuner` proposes points of a search space; the runner turns each into a candidate file and
 measures it through the same gates as any other candidate. ``random`` (seeded, uniform, without replacement) is
-the baseline every other tuner is compared with. ``llm`` (:mod:`pytest_autotune.study.agent`, docs/agent.md) is
+the baseline every other tuner is compared with. ``llm`` (:mod:`pytest_autotune.study.agent`, docs/guide/llm-tuner.md) is
 adaptive and writes candidate code (or engine flag sets) itself, one measured iteration at a time. Other tuners
 register through the entry-point group ``pytest_autotune.tuners`` (``name = "package.module:TunerClass"``).
 """

@@ -8,8 +8,7 @@ the max(event, enqueue) rule), :mod:`.hold` (the hold kernel), :mod:`.graphs` (c
 :mod:`.fingerprint` (PCI address, nvidia-smi), :mod:`.driver` (the driver API through ctypes), :mod:`.ipc`
 (outputs by handle).
 
-Graph mode is chosen for both arms alike (each arm runs in its own sandbox: docs/architecture.md, "Arms in
-separate processes"). During calibration each single-call sample is also captured once into a throw-away graph
+Graph mode is chosen for both arms alike (each arm runs in its own sandbox: docs/architecture.md#arms-in-separate-processes). During calibration each single-call sample is also captured once into a throw-away graph
 and replayed once, which tests whether the arm can be captured and gives its GPU time without launch overhead;
 ``CudaDevice.timing_info`` reports it, the controller decides from both sandboxes' reports and tells both
 (``configure_timing``): graphs if the faster arm's replay is under ``graph_below_s`` and both arms could be

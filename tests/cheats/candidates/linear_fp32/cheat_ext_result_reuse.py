@@ -3,7 +3,7 @@ and never writes it. Under a harness that runs the reference first in the same p
 allocator can hand that very memory back, answers included, to the candidate's empty output.
 Caught by: the correctness gate. The reference runs in another process (the baseline's sandbox) and the golden
 outputs only in the controller, so no answer is ever in this process's memory; an output never written fails on
-the first seed (docs/architecture.md, "Arms in separate processes")."""
+the first seed (docs/architecture.md#arms-in-separate-processes)."""
 import ctypes
 
 import torch

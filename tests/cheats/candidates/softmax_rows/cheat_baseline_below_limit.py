@@ -2,7 +2,7 @@
 its ``forward`` with a wrapper that spins for 40% of the baseline's own time -- a 1.4x slowdown, under the 1.5x
 that the single-process design's baseline-sanity check allowed (honest items there read 0.89-1.08).
 Defeated by construction: the baseline runs in its own sandbox, which never imports a candidate; there is no
-baseline instance in this process, so the cheat finds nothing and gains nothing (docs/threat-model.md)."""
+baseline instance in this process, so the cheat finds nothing and gains nothing (docs/design/threat-model.md)."""
 import gc
 import sys
 import time

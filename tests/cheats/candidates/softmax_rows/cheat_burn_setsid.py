@@ -7,7 +7,7 @@ see anything; the helpers name themselves after this file's path (``comm``), for
 Caught by: the controller, which counts the live processes of the sandbox's *pid namespace* (the sandbox is its
 init: every descendant, setsid or not, lives there) and of its cgroup where there is one, from the host's /proc,
 before every sample and after every round (measure/helper_watch.py) -> integrity, naming the helpers. Without a pid
-namespace and a cgroup (isolation off) this cheat is not caught: docs/threat-model.md. The helpers die with the
+namespace and a cgroup (isolation off) this cheat is not caught: docs/design/threat-model.md. The helpers die with the
 sandbox's pid namespace."""
 import ctypes
 import hashlib

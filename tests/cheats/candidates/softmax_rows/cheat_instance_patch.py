@@ -2,7 +2,7 @@
 attribute ``forward`` shadows the class method, and no module, class or function is touched -- it escapes every
 identity snapshot.
 Defeated by construction: the baseline runs in its own sandbox, which never imports a candidate, so there is no
-baseline instance in this process to find; it gains nothing (docs/threat-model.md)."""
+baseline instance in this process to find; it gains nothing (docs/design/threat-model.md)."""
 import gc
 import sys
 import time

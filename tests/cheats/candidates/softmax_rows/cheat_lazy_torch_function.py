@@ -2,7 +2,7 @@
 ``torch.Tensor`` subclass whose ``__torch_function__`` fills in the other half the first time anything touches the
 result -- after the sample's clock has stopped, when the harness reads the output. Every output is correct when
 read, so a harness that reads outputs with ordinary tensor methods accepts it at about twice the honest speedup
-(gpu-mode/reference-kernels issue 162).
+(https://github.com/gpu-mode/reference-kernels/issues/162).
 Caught by: the correctness gate -- outputs must be exactly ``torch.Tensor`` (checked with ``type()`` before any
 method is called), and the sandbox reads them with torch functions disabled, so the deferred half never runs."""
 import torch

@@ -2,7 +2,7 @@
 with ``torch::empty`` and never writes it. Under a harness that ran the reference in the same process and freed
 its output, the caching allocator can hand that memory back, answers included.
 Caught by: the correctness gate. The reference runs in the baseline's sandbox and golden outputs only in the
-controller: no answer is ever in this process's memory (docs/architecture.md, "Arms in separate processes")."""
+controller: no answer is ever in this process's memory (docs/architecture.md#arms-in-separate-processes)."""
 import torch
 from torch import nn
 from torch.utils.cpp_extension import load_inline

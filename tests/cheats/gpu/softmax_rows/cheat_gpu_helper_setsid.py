@@ -1,4 +1,4 @@
-"""CHEAT (GPU): slow the baseline from a second CUDA context in a helper process torch never sees (issue 27).
+"""CHEAT (GPU): slow the baseline from a second CUDA context in a helper process torch never sees.
 At import, start a helper in a session of its own (``start_new_session=True``: out of the sandbox's process group)
 that uses the CUDA driver through ctypes, with no torch import: it loads a spinning kernel from PTX and keeps the
 GPU busy from its own context whenever the candidate has not been called for half a millisecond -- which is while

@@ -4,7 +4,7 @@ it), launches a kernel there that spins for 2 ms, pops the context and returns: 
 the GPU does next -- the baseline's sample, time-sliced against it.
 Caught by: the thread the driver starts for a new context is left running after the timed call ("thread(s) were
 left running", sandbox/child.py and ThreadGate); a kernel outside the timed stream also shows as host time beyond
-the event time (DeviceClockGate) -> integrity. Kept refused whatever the process rule does (issue 27)."""
+the event time (DeviceClockGate) -> integrity. Kept refused whatever the process rule does."""
 import ctypes
 
 import torch

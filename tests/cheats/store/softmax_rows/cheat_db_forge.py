@@ -4,7 +4,7 @@ row_hash computed with the package's own code) -- everything the in-database val
 thing it cannot make is the row MAC: HMAC(run nonce, row), and the nonce never enters the sandbox. What happened
 is written next to this file (``<name>.attempt.txt``).
 Caught by: the row MAC, checked when the run finishes and by ``autotune verify`` -- the forged row is reported,
-never silently trusted (the database is tamper-evident, not tamper-proof: docs/threat-model.md)."""
+never silently trusted (the database is tamper-evident, not tamper-proof: docs/design/threat-model.md)."""
 import json
 import os
 import secrets

@@ -1,6 +1,6 @@
 """The anchor's compiled candidate: KernelBench's Model of level1/36_RMSNorm_.py under
 torch.compile(backend="inductor", mode="default"), as KernelBench timed it for
-results/timing/H100_Modal/baseline_time_torch_compile_inductor_default.json (docs/anchors.md)."""
+results/timing/H100_Modal/baseline_time_torch_compile_inductor_default.json (docs/guide/anchors.md)."""
 
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 """Searchable tanh-GELU: ``autotune search --problem=benchmarks/kernels/level1/03_gelu_tanh.py``.
 
-Dimensions (docs/studies.md, "Search templates"):
+Dimensions (docs/guide/studies.md#seeded-search-baselines-autotune-search):
 
 * ``algorithm`` -- ``library``: ``F.gelu(approximate="tanh")`` per block; ``chain``: the reference's eight steps in
   the reference's order, in place in the output buffer (same roundings);

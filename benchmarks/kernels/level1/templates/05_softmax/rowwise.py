@@ -1,6 +1,6 @@
 """Searchable softmax (last dimension): ``autotune search --problem=benchmarks/kernels/level1/05_softmax.py``.
 
-Dimensions (docs/studies.md, "Search templates"):
+Dimensions (docs/guide/studies.md#seeded-search-baselines-autotune-search):
 
 * ``algorithm`` -- ``library``: ``torch.softmax``; ``two_pass``: row max, then ``exp`` of the shifted rows in one
   output buffer, its row sum, an in-place divide; ``logsumexp``: ``exp(x - logsumexp(x))``; ``textbook``: the

@@ -1,6 +1,6 @@
 """Searchable LayerNorm (last dimension, affine): ``autotune search --problem=benchmarks/kernels/level1/07_layer_norm.py``.
 
-Dimensions (docs/studies.md, "Search templates"):
+Dimensions (docs/guide/studies.md#seeded-search-baselines-autotune-search):
 
 * ``variance`` -- how the biased variance of the centred rows is computed: ``square_mean`` (the reference's
   ``(xc ** 2).mean``), ``vector_norm`` (a fused sum of squares, no squared temporary), ``dot`` (``xc * xc``

@@ -38,10 +38,6 @@ def _machine_output(rel: str) -> bool:
 #: files that must name the old words: this test's patterns, and the relink script's table of old citations
 QUOTES_THEM = {"tests/test_project_words.py", "tools/relink_docs.py"}
 
-#: TEMPORARY: benchmarks/harness/gpu/ is being rewritten on another branch ("copy .whl/ to the GPU host"); remove
-#: this entry when that branch is merged, and this test checks those files too
-TEMPORARY_ALLOWLIST = ("benchmarks/harness/gpu/",)
-
 
 def _findings(rel: str, text: str) -> list[str]:
     out = []
@@ -55,7 +51,7 @@ def _findings(rel: str, text: str) -> list[str]:
 def test_no_text_names_development_sessions_issue_numbers_or_the_workplace():
     found = []
     for rel in tracked_text_files():
-        if _machine_output(rel) or rel in QUOTES_THEM or rel.startswith(TEMPORARY_ALLOWLIST):
+        if _machine_output(rel) or rel in QUOTES_THEM:
             continue
         found += _findings(rel, (REPO / rel).read_text(encoding="utf-8"))
     assert not found, "\n".join(found)
@@ -72,10 +68,3 @@ def test_the_patterns_catch_the_words_and_leave_pytest_sessions_alone():
         assert _findings("x", text), text
     for text in good:
         assert not _findings("x", text), text
-
-
-def test_the_temporary_allowlist_is_still_needed():
-    """When the GPU scripts no longer need it, this fails: remove TEMPORARY_ALLOWLIST's entry."""
-    needed = [rel for rel in tracked_text_files() if rel.startswith(TEMPORARY_ALLOWLIST)
-              and _findings(rel, (REPO / rel).read_text(encoding="utf-8"))]
-    assert needed, "benchmarks/harness/gpu/ speaks of the project only now: remove it from TEMPORARY_ALLOWLIST"

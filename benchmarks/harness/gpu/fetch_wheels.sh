@@ -5,13 +5,13 @@
 #   bash benchmarks/harness/gpu/fetch_wheels.sh
 #
 # The host (Python 3.12.3, torch 2.11, triton 3.6, numpy, pytest, hypothesis, xdist, click, tabulate, dateutil,
-# pluggy; /work/.library/device/KINDS.md) lacks:
+# pluggy: the host's own package list) lacks:
 #   sqlite-utils (the store) and its needs sqlite-fts4 and click-default-group, with click >= 8.3.1 to be sure;
 #   pyseccomp: the seccomp bindings the jail's filter is built with (libseccomp.so.2 itself is on the host);
-#   nvidia-ml-py (pynvml): the helper watch's view of GPU processes (the image lists it; carried so the run does not
-#   depend on that), the 580 branch like the host's driver (580.159.04).
-# The recipe is the device README's ("Notes"): binary wheels only, for CPython 3.12 on manylinux x86-64, no
-# dependency resolution (each need is named here and checked below). One version of each: two stop the install.
+#   nvidia-ml-py (pynvml): the helper watch's view of GPU processes (the image lists it; copied along so the run does
+#   not depend on that), the 580 branch like the host's driver (580.159.04).
+# Binary wheels only, for CPython 3.12 on manylinux x86-64, no dependency resolution (each need is named here and
+# checked below). One version of each: two stop the install.
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 WHEELS=(
@@ -19,7 +19,7 @@ WHEELS=(
   pyseccomp==0.1.2
   nvidia-ml-py==13.580.126
 )
-# what the host already has (KINDS.md's package list): a wheel's need that is neither carried nor here fails the check
+# what the host already has (its package list): a wheel's need that is neither copied along nor here fails the check
 HOST_HAS="pluggy python-dateutil tabulate pip six numpy torch pytest hypothesis pytest-xdist execnet triton setuptools
 typing-extensions filelock sympy networkx jinja2 fsspec attrs sortedcontainers packaging iniconfig"
 rm -rf .whl

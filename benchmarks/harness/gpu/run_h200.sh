@@ -54,7 +54,7 @@ run() { say "\$ $*"; "$@" >>"$LOG" 2>&1; local rc=$?; say "  -> rc=$rc"; return 
 
 [ -f pyproject.toml ] && [ -d pytest_autotune ] || { echo "run from the repository root" >&2; exit 2; }
 
-# ---- install: carried wheels, then the project itself (editable, so its pytest11 entry point is registered)
+# ---- install: the wheels copied along in .whl/, then the project itself (editable, so its pytest11 entry point is registered)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PWD/.site" .whl/*.whl \
     >>"$LOG" 2>&1 || say "wheel install failed"

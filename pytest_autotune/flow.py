@@ -116,10 +116,11 @@ class KernelFlow(BaselineStage, BuildStage):
 
     def _timing(self, cand: Sandbox, base: Sandbox, seeds: SeedSource, probes: Optional[dict[str, dict]] = None,
                 share: int = 1, memory: MemoryPlan = UNBUDGETED,
-                derive_spread: Optional[float] = None) -> TimingEvidence:
+                derive_spread: Optional[float] = None, calibrate_first: str = "A") -> TimingEvidence:
         """Paired timing of one pair of sandboxes; ``share``: the item's timing is split over up to that many pairs
         of processes, each with that share of the budget and of the maximum pair count, and its share of the
-        minimum among the MIN_PROCESS_PAIRS that always run."""
+        minimum among the MIN_PROCESS_PAIRS that always run. ``calibrate_first``: the arm that calibrates first
+        (alternated over pairs of processes, as their start order is)."""
         env = self.env
         plan = dataclasses.replace(env.timing_plan(), derive_spread=derive_spread)
         if share > 1:
@@ -133,7 +134,8 @@ class KernelFlow(BaselineStage, BuildStage):
                                  stats_seed=seeds.seed("stats"), graph_below_s=float(
                                      env.device.options.get("graph_below_s", 0.0) or 0.0),
                                  budget_scale=env.budget_scale / share, sample_cpus=env.cpus,
-                                 probes=probes, memory=memory, k_override=env.k_override)
+                                 probes=probes, memory=memory, k_override=env.k_override,
+                                 calibrate_first=calibrate_first)
 
     # ------------------------------------------------------------------------------------------ the item
     def run(self, spec: KernelItemSpec) -> FlowVerdict:
@@ -358,6 +360,7 @@ class KernelFlow(BaselineStage, BuildStage):
             item.boxes[f"baseline{suffix}"] = base
             try:
                 ev = self._timing(box, base, ctx.seeds, item.probes, share=n, memory=ctx.memory,
+                                  calibrate_first="B" if j % 2 else "A",
                                   derive_spread=item.derive_spread)
             except TimingRefused as e:
                 return self._refused(item, GateOutcome(e.gate, str(e), e.verdict))

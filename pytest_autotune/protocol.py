@@ -101,7 +101,8 @@ class Protocol:
                           min_sample_s=t.min_sample_s, max_calls_per_sample=t.max_calls_per_sample,
                           item_budget_s=t.item_budget_s, ci_target_rel_width=self.statistics.ci_target_rel_width,
                           process_pairs=t.process_pairs, k_recheck_ratio=t.k_recheck_ratio,
-                          min_calls_per_sample=t.min_calls_per_sample)
+                          min_calls_per_sample=t.min_calls_per_sample,
+                          sandbox_memory_bytes=self.sandbox.memory_mb << 20)
         if device == "cpu":
             cpu = self.devices.cpu
             plan = dataclasses.replace(plan, prints_per_group=cpu.prints_per_group,

@@ -184,6 +184,9 @@ class TimingPlan:
     k_recheck_ratio: float = 0.0
     #: the fewest calls a sample holds, whatever the calls' length (the memory bound still caps it)
     min_calls_per_sample: int = 1
+    #: a sandbox's memory limit ([sandbox].memory_mb): where a device's tensors live in the sandbox's own memory, k's
+    #: memory bound (measure/sampling.py host_memory_cap); 0: none
+    sandbox_memory_bytes: int = 0
 
 
 @dataclass(frozen=True)

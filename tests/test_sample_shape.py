@@ -18,9 +18,11 @@ from test_schedule_placement import ScriptedSandbox
 
 from pytest_autotune.measure.memory import UNBUDGETED
 from pytest_autotune.measure.sampling import (
+    HOST_MEMORY_SHARE,
     KOverride,
     choose_calls_per_sample,
     decide_timing_mode,
+    host_memory_cap,
     memory_cap,
 )
 from pytest_autotune.measure.schedule import calibration_message, run_paired_timing
@@ -100,15 +102,17 @@ def test_k_has_the_protocols_floor_and_ceiling():
     assert cuda.min_calls_per_sample == 1 and choose_calls_per_sample(1.0, cuda) == 1
 
 
-def test_the_arms_calibrate_one_at_a_time_baseline_first():
+def test_the_arms_calibrate_one_at_a_time():
     """While the baseline calibrates, the candidate's sandbox has no request: it must be asleep (its CPU meanwhile
     is idle CPU, booked against it), so it cannot slow the baseline's calibration on the shared CPU."""
-    boxes, asked = _boxes(500e-6, lambda i: 500e-6, 400e-6, lambda i: 400e-6)
-    _time(boxes)
-    cal = [role for role, cmd in asked if cmd == "calibrate"]
-    assert cal == ["baseline", "candidate"]
-    first = [i for i, (_, cmd) in enumerate(asked) if cmd == "calibrate"]
-    assert first[1] == first[0] + 1  # nothing was sent to the candidate while the baseline calibrated
+    for first, order in (("A", ["baseline", "candidate"]), ("B", ["candidate", "baseline"])):
+        boxes, asked = _boxes(500e-6, lambda i: 500e-6, 400e-6, lambda i: 400e-6)
+        ev = _time(boxes, calibrate_first=first)
+        cal = [role for role, cmd in asked if cmd == "calibrate"]
+        assert cal == order  # alternated over an item's pairs of processes (flow.py)
+        at = [i for i, (_, cmd) in enumerate(asked) if cmd == "calibrate"]
+        assert at[1] == at[0] + 1  # nothing was sent to the other arm while one calibrated
+        assert ev.calls_per_sample == choose_calls_per_sample(500e-6, PLAN)  # the baseline's, either way
 
 
 def test_no_calibration_call_repeats_an_input():
@@ -214,3 +218,19 @@ def test_a_fixed_k_needs_an_exploratory_run(pytester: pytest.Pytester):
     assert "--autotune-k=4 overrides the protocol's calls per sample: add --autotune-exploratory" in res.stderr.str()
     res = pytester.runpytest("--autotune", "--autotune-k=zero", "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.USAGE_ERROR and "give a number of calls per sample" in res.stderr.str()
+
+
+def test_where_the_device_is_the_sandboxs_memory_k_fits_its_memory_limit():
+    """On the CPU a round's sets live in the sandbox: kb36_RMSNorm_'s 268 MB tensors (536 MB a call, input and output)
+    at the floor of 8 calls a sample took a sandbox past its 8 GiB limit. k stays within a quarter of the limit for
+    both groups, below the floor where it must; a device that reports its own free memory is not bounded by it."""
+    limit = PLAN.sandbox_memory_bytes
+    assert limit == PROTO.sandbox.memory_mb << 20
+    big = {"memory": {"set_bytes": 536 << 20, "free_bytes": None}}
+    assert host_memory_cap(big, limit) == int(HOST_MEMORY_SHARE * limit // (2 * (536 << 20))) == 1
+    assert host_memory_cap(big, limit, groups=1) == 3
+    assert host_memory_cap({"memory": {"set_bytes": 8 << 20, "free_bytes": None}}, limit) == 128
+    assert host_memory_cap({"memory": {"set_bytes": 536 << 20, "free_bytes": 1 << 40}}, limit) is None
+    boxes, _ = _boxes(50e-3, lambda i: 50e-3, 50e-3, lambda i: 50e-3, A=big)
+    ev = _time(boxes)
+    assert ev.calls_per_sample == 1 < PLAN.min_calls_per_sample and ev.calibration["k_memory_cap"] == 1

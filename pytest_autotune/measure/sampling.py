@@ -35,6 +35,24 @@ def memory_cap(replies: dict[str, dict], graphs: bool = False, groups: int = 2) 
     return max(1, int(MEMORY_SHARE * min(free) // per_call)) if per_call > 0 else None
 
 
+#: share of a sandbox's memory limit ([sandbox].memory_mb) the timed calls' sets may take where the device's memory
+#: is the sandbox's own (the CPU): a round holds both groups' inputs and outputs, and the heap the placement writes
+#: beyond them (measure/devices/placement.py) and the calls' temporaries come on top. At protocol 9's floor of 8 calls
+#: a sample, kb36_RMSNorm_'s 268 MB tensors took a sandbox past its 8 GiB limit without this bound.
+HOST_MEMORY_SHARE = 0.25
+
+
+def host_memory_cap(reply: dict, limit_bytes: int, groups: int = 2) -> Optional[int]:
+    """The largest ``k`` whose sets fit ``HOST_MEMORY_SHARE`` of a sandbox's memory limit, where the device reports
+    no free memory of its own (its tensors live in the sandbox's memory); ``None`` elsewhere. ``reply``: the
+    baseline's calibration reply."""
+    mem = reply.get("memory") or {}
+    if mem.get("free_bytes") is not None or limit_bytes <= 0:
+        return None
+    per_call = groups * int(mem.get("set_bytes") or 0)
+    return max(1, int(HOST_MEMORY_SHARE * limit_bytes // per_call)) if per_call > 0 else None
+
+
 def choose_calls_per_sample(per_call_s: float, plan: TimingPlan, cap: Optional[int] = None) -> int:
     """``k``: enough calls for ``min_sample_s`` of the baseline's per-call time, at least ``min_calls_per_sample``
     (a sample's first call is its only cold one: with few calls its share of the sample would move the ratio with
@@ -113,4 +131,4 @@ def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str
             "reason": f"graph: the baseline's fastest calibration call {base * 1e6:.2f} us < {graph_below_s * 1e6:g} us"}
 
 
-__all__ = ["KOverride", "k_disagrees", "choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]
+__all__ = ["HOST_MEMORY_SHARE", "host_memory_cap", "KOverride", "k_disagrees", "choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]

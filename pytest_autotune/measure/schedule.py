@@ -29,7 +29,14 @@ from ..protocol import Protocol, TimingPlan
 from ..sandbox.runner import Sandbox
 from ..seeds import SeedSource
 from .memory import UNBUDGETED, MemoryPlan
-from .sampling import KOverride, choose_calls_per_sample, decide_timing_mode, k_disagrees, memory_cap
+from .sampling import (
+    KOverride,
+    choose_calls_per_sample,
+    decide_timing_mode,
+    host_memory_cap,
+    k_disagrees,
+    memory_cap,
+)
 from .schedule_driver import ScheduleDriver
 from .stats import PairedEstimate, clustered_estimate, paired_estimate, with_process_offsets
 from .timing_records import (
@@ -75,18 +82,21 @@ def calibration_message(seeds: SeedSource, plan: TimingPlan, memory: MemoryPlan)
 
 
 def _calibrate(drv: ScheduleDriver, seeds: SeedSource, plan: TimingPlan, graph_below_s: float,
-               probes: dict[str, dict]) -> tuple[int, dict, dict]:
+               probes: dict[str, dict], first: str = "A") -> tuple[int, dict, dict]:
     """The sample's shape from evidence the candidate cannot shape (docs/architecture.md, "The sample's shape"):
     ``k`` from the baseline's calibration alone, run while the candidate's sandbox has no request (and so must be
     asleep: the idle watch books anything it does meanwhile), every call on a fresh input set; graphs or eager from
     the baseline's calls (the candidate can only force eager, by failing capture); the memory bound from the
-    baseline's set size and the free memory the baseline's sandbox sees. The candidate calibrates afterwards, alone
-    too: its first calls happen outside any timed sample, and its per-call time is recorded, never used."""
+    baseline's set size and the free memory the baseline's sandbox sees. The candidate calibrates alone too, before
+    or after the baseline (``first``: alternated over an item's pairs of processes, so neither arm's process is
+    always the one that calibrated last): its first calls happen outside any timed sample, and its per-call time is
+    recorded, never used."""
     memory = drv.memory
     if probes:  # an arm's capture probe ran in another sandbox: none in this one
         drv.both({arm: {"cmd": "configure", "timing": {"capture_probes": False}} for arm in probes}, "configure")
     msg = calibration_message(seeds, plan, memory)
-    cal = {arm: drv.both({arm: dict(msg)}, f"warm-up ({ARM_ROLES[arm]})")[arm] for arm in ("A", "B")}
+    cal = {arm: drv.both({arm: dict(msg)}, f"warm-up ({ARM_ROLES[arm]})")[arm]
+           for arm in ((first, "B" if first == "A" else "A"))}
     per_call = float(cal["A"]["per_call_s"])
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
     infos.update(probes)
@@ -94,6 +104,7 @@ def _calibrate(drv: ScheduleDriver, seeds: SeedSource, plan: TimingPlan, graph_b
     # k's memory bound: the item's plan where it has one (every process of the item counted, before anything
     # ran), and what the baseline's sandbox found free now (other processes of the machine, the candidate's too)
     caps = [c for c in (memory_cap({"A": cal["A"]}, graphs=bool(mode.get("graphs")), groups=memory.groups_held),
+                        host_memory_cap(cal["A"], plan.sandbox_memory_bytes, memory.groups_held),
                         memory.sets_cap) if c is not None]
     cap = min(caps) if caps else None
     k = choose_calls_per_sample(per_call, plan, cap)
@@ -158,7 +169,8 @@ def _held_groups(memory: MemoryPlan) -> tuple[tuple[str, ...], ...]:
 def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
                       *, stats_seed: int, graph_below_s: float = 0.0, budget_scale: float = 1.0,
                       sample_cpus: Optional[list[int]] = None, probes: Optional[dict[str, dict]] = None,
-                      memory: MemoryPlan = UNBUDGETED, k_override: Optional[KOverride] = None) -> TimingEvidence:
+                      memory: MemoryPlan = UNBUDGETED, k_override: Optional[KOverride] = None,
+                      calibrate_first: str = "A") -> TimingEvidence:
     """``sample_cpus``: the CPU(s) both sandboxes share for samples ([timing].pin); while they release a round and
     build the next one's inputs they may use every CPU but those (``ScheduleDriver.between_rounds_cpus``).
     ``probes``: arm -> that arm's graph-capture probe, made in a sandbox that is not timed (then its timing sandbox
@@ -168,11 +180,11 @@ def run_paired_timing(candidate: Sandbox, baseline: Sandbox, proto: Protocol, pl
     containing 1.0 (docs/design/protocol.md#the-cuda-sample).
     ``memory``: the item's memory plan (measure/memory.py): the bound on ``k``, the calibration's sets and whether a
     round is built whole or in two halves. ``k_override``: calls per sample fixed by the user (``--autotune-k``),
-    never re-planned."""
+    never re-planned. ``calibrate_first``: which arm calibrates first (the arms calibrate one at a time)."""
     t_start = time.perf_counter()
     with ScheduleDriver({"A": baseline, "B": candidate}, sample_cpus, memory) as drv:
         return _run(drv, t_start, proto, plan, seeds, stats_seed, graph_below_s, budget_scale, dict(probes or {}),
-                    k_override)
+                    k_override, calibrate_first)
 
 
 def _configure(drv: ScheduleDriver, k: int, mode: dict) -> dict:
@@ -211,10 +223,10 @@ def _last_outputs(drv: ScheduleDriver, ev: TimingEvidence, rec: Optional[RoundRe
 
 def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan, seeds: SeedSource,
          stats_seed: int, graph_below_s: float, budget_scale: float, probes: dict[str, dict],
-         k_override: Optional[KOverride]) -> TimingEvidence:
+         k_override: Optional[KOverride], calibrate_first: str) -> TimingEvidence:
     memory = drv.memory
 
-    k, calibration, mode = _calibrate(drv, seeds, plan, graph_below_s, probes)
+    k, calibration, mode = _calibrate(drv, seeds, plan, graph_below_s, probes, calibrate_first)
     calibration["memory"] = {"groups_held": memory.groups_held, "sets_cap": memory.sets_cap} \
         if memory.budgeted else None
     cap = calibration.get("k_memory_cap")

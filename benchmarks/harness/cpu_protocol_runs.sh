@@ -5,7 +5,8 @@
 #
 #   bash benchmarks/harness/cpu_protocol_runs.sh docs/data/cpu-protocol9-vm-2026-12-05 [STEP ...]
 #
-# STEP: main, k, aa-short, aa-kb, regime, cache (default: all, in that order). aa-kb needs KernelBench v0 staged in
+# STEP: main, k, aa-short, aa-kb, regime, cache, pairs (default: all but pairs, in that order; pairs runs the main
+# job with the --autotune-pairs its precision line suggested: PAIRS=N, or read from OUT/main-job.json). aa-kb needs KernelBench v0 staged in
 # .kb-v0/ (bash benchmarks/harness/kb_v0_stage.sh <KernelBench repo>).
 set -uo pipefail
 OUT="${1:?an output folder}"
@@ -23,8 +24,8 @@ for step in ${STEPS[@]}; do
       /usr/bin/time -f "wall %e s" "$PY" -m pytest --autotune --autotune-json="$OUT/main-job.json" \
         --autotune-db="$OUT/main-job.db" -p no:cacheprovider > "$OUT/main-job.log" 2>&1 ;;
     k)
-      "$PY" benchmarks/harness/k_invariance.py --legs protocol,1,x4 --out "$OUT/k-invariance" \
-        > "$OUT/k-invariance.md" 2> "$OUT/k-invariance.log" ;;
+      "$PY" benchmarks/harness/k_invariance.py --legs protocol,1,x2,x4 --judged protocol,x2,x4 \
+        --out "$OUT/k-invariance" -- --autotune-pairs=6 > "$OUT/k-invariance.md" 2> "$OUT/k-invariance.log" ;;
     aa-short)
       "$PY" benchmarks/harness/bench_harness.py aa --repeats 1 --out "$OUT/aa-short-calls.json" -- \
         --problems=benchmarks/harness/short_calls benchmarks/harness/short_calls > "$OUT/aa-short-calls.md" 2>&1 ;;
@@ -37,6 +38,10 @@ for step in ${STEPS[@]}; do
       "$PY" benchmarks/harness/k_invariance.py --legs protocol --repeats 2 --out "$OUT/cache-cheats" -- \
         --candidates=benchmarks/harness/cache_cheats benchmarks/kernels/level1/02_relu.py \
         > "$OUT/cache-cheats.md" 2> "$OUT/cache-cheats.log" ;;
+    pairs)
+      N="${PAIRS:-$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['summary']['precision']['suggested'])" "$OUT/main-job.json")}"
+      /usr/bin/time -f "wall %e s" "$PY" -m pytest --autotune --autotune-pairs="$N" --autotune-json="$OUT/pairs-$N.json" \
+        --autotune-db="$OUT/pairs-$N.db" -p no:cacheprovider > "$OUT/pairs-$N.log" 2>&1 ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
   echo "$step: exit $? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/steps.txt"

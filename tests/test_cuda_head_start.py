@@ -296,3 +296,49 @@ def test_a_hold_of_one_thread_would_let_that_work_through(sim):
     sim.hold_fills_sms = False
     speedup, refused, *_ = _side_stream_cheat(sim, 0.5)
     assert speedup > 1.15 and refused is None
+
+
+# ------------------------------------------------------------------ the baseline decides whether both arms are held
+
+
+def test_the_candidate_stops_holding_where_the_baselines_hold_ran_out(sim):
+    """The H200 case (protocol 9's first pin, 2026-12-05): 12_batched_small_matmul's reference is a Python loop of
+    ~5 ms of host time a call, past the 3 ms deadline, so its sandbox stops holding; the honest ``bmm`` (0.7 ms a
+    call, ~0.3 ms of cold host path after the synchronisation) kept its hold, and at k = 1 (k from the baseline's
+    calls) that host path was host time beyond the events in the candidate's samples and in none of the baseline's:
+    refused as hidden work. The controller now turns the candidate's hold off too (``decide_head_start``): the same
+    two arms pass, and the candidate's host path is on its own clock, as in any unheld sample."""
+    from pytest_autotune.measure.sampling import decide_head_start
+
+    loop = arm(sim, host_s=5000 * US, gpu_s=700 * US, launches=129, label="loop")
+    bmm = arm(sim, host_s=10 * US, gpu_s=700 * US, first_extra_s=300 * US, label="bmm")
+    a, b = device(sim), device(sim)
+    for _ in range(3):  # calibration: two expiries in a row and the baseline's sandbox stops holding
+        a.timed(loop, [[0]])
+        b.timed(bmm, [[0]])
+    infos = {"A": a.timing_info(), "B": b.timing_info()}
+    assert infos["A"]["head_start"] == "off" and infos["B"]["head_start"] == "spin"
+    asymmetric = _gate([a.timed(loop, [[0]]) for _ in range(16)], [b.timed(bmm, [[0]]) for _ in range(16)])
+    assert asymmetric is not None and "outside the timed stream" in asymmetric.reason  # the defect, reproduced
+
+    decision = decide_head_start(infos)
+    assert decision["head_start"] == "off" and "baseline's sandbox stopped holding" in decision["head_start_reason"]
+    for dev in (a, b):
+        dev.configure_timing(decision)
+    base = [a.timed(loop, [[0]]) for _ in range(16)]
+    cand = [b.timed(bmm, [[0]]) for _ in range(16)]
+    info_b = b.timing_info()
+    assert info_b["head_start"] == "off" and "neither arm holds" in info_b["head_start_reason"]
+    assert cand[-1].head_start == "off" and cand[-1].seconds >= 1000 * US - 1 * US  # its host path on its clock
+    assert _gate(base, cand) is None
+
+
+def test_only_the_baselines_sandbox_decides_the_hold():
+    from pytest_autotune.measure.sampling import decide_head_start
+
+    held = {"head_start": "spin", "head_start_setting": "spin", "head_start_reason": ""}
+    stopped = {"head_start": "off", "head_start_setting": "spin", "head_start_reason": "the hold ran out (3 ms)"}
+    assert decide_head_start({"A": held, "B": stopped}) == {}  # the candidate's expiry costs only its own sandbox
+    assert decide_head_start({"A": stopped, "B": held})["head_start"] == "off"
+    assert decide_head_start({"A": {**stopped, "head_start_setting": "off"}, "B": held}) == {}  # protocols 1-8
+    assert decide_head_start({"A": {}, "B": {}}) == {}  # devices without a hold (the CPU)

@@ -131,4 +131,23 @@ def decide_timing_mode(infos: dict[str, dict], graph_below_s: float) -> dict[str
             "reason": f"graph: the baseline's fastest calibration call {base * 1e6:.2f} us < {graph_below_s * 1e6:g} us"}
 
 
-__all__ = ["HOST_MEMORY_SHARE", "host_memory_cap", "KOverride", "k_disagrees", "choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]
+def decide_head_start(infos: dict[str, dict]) -> dict[str, Any]:
+    """The head start for both arms, from the baseline's sandbox alone (``[devices.cuda].head_start``).
+
+    Where the baseline's sandbox stopped holding during calibration (its hold ran out twice in a row: a call whose
+    host path outlasts ``head_start_max_s``, or one that synchronises; or the hold failed), the candidate's stops too:
+    a sample's host-minus-event time then means the same thing in both arms, which ``DeviceClockGate`` compares. With
+    the baseline unheld and the candidate held, the candidate's first call's host path lands in that difference and
+    nowhere in the baseline's: on the H200, 12_batched_small_matmul's honest ``bmm`` (0.7 ms a call, the reference's
+    Python loop 5 ms) was refused for it at protocol 9's first pin. The candidate's own hold running out decides only
+    its own sandbox: it puts its host path on its own clock."""
+    base = infos.get("A") or {}
+    setting = base.get("head_start_setting")
+    if setting in (None, "off") or base.get("head_start") != "off":
+        return {}
+    why = base.get("head_start_reason") or "no hold could be set up"
+    return {"head_start": "off",
+            "head_start_reason": f"the baseline's sandbox stopped holding ({why}): neither arm holds"}
+
+
+__all__ = ["decide_head_start", "HOST_MEMORY_SHARE", "host_memory_cap", "KOverride", "k_disagrees", "choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]

@@ -32,6 +32,7 @@ from .memory import UNBUDGETED, MemoryPlan
 from .sampling import (
     KOverride,
     choose_calls_per_sample,
+    decide_head_start,
     decide_timing_mode,
     host_memory_cap,
     k_disagrees,
@@ -100,7 +101,7 @@ def _calibrate(drv: ScheduleDriver, seeds: SeedSource, plan: TimingPlan, graph_b
     per_call = float(cal["A"]["per_call_s"])
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
     infos.update(probes)
-    mode = decide_timing_mode(infos, graph_below_s)
+    mode = {**decide_timing_mode(infos, graph_below_s), **decide_head_start(infos)}
     # k's memory bound: the item's plan where it has one (every process of the item counted, before anything
     # ran), and what the baseline's sandbox found free now (other processes of the machine, the candidate's too)
     caps = [c for c in (memory_cap({"A": cal["A"]}, graphs=bool(mode.get("graphs")), groups=memory.groups_held),

@@ -9,7 +9,9 @@
 # suite (run_h200.sh full: the bundled suite + both A/A yardsticks + do_bench), remeasure, anchors (anchors_h200.sh:
 # every anchor in one pytest call, do_bench and KernelBench-style means beside each, anchor_gap.py's tables with the
 # headstart phase's probe when it ran first), kb20 (run_h200.sh kb20: 20 KernelBench Level-1 problems at published
-# sizes in A/A, drawn by KB_SEED or a fresh seed, printed), kb-l1 (run_h200.sh kb-l1, given whatever time is left;
+# sizes in A/A, drawn by KB_SEED or a fresh seed, printed), compiled (run_h200.sh compiled: the CUDA C++ and Triton
+# candidates, a second session on the warm build cache, do_bench of the same modules, the build tests and the
+# adversarial kernels), kb-l1 (run_h200.sh kb-l1, given whatever time is left;
 # KB_DONE skips earlier items). Each phase writes under OUT_DIR/<phase>/; after each one OUT_DIR is also packed into
 # OUT_DIR.tgz beside it (one file to copy back), and a phase that would start with less than MIN_PHASE seconds left
 # is skipped. A phase's own limit is what remains of BUDGET (seconds from this script's start) less a margin for the
@@ -52,6 +54,9 @@ for spec in "$@"; do
       PROBE="${PROBE:-$RESULTS/headstart/headstart.json}" ANCHORS_TIMEOUT="${ANCHORS_TIMEOUT:-$(( budget * 7 / 10 ))}" \
         OUTSIDE_TIMEOUT="${OUTSIDE_TIMEOUT:-$(( budget * 25 / 100 ))}" \
         timeout -k 10 "$budget" bash benchmarks/harness/gpu/anchors_h200.sh "$dir" >/dev/null 2>&1 ;;
+    compiled)
+      RUN_TIMEOUT=$(( budget / 3 > 90 ? budget / 3 : 90 )) timeout -k 10 "$budget" \
+        bash benchmarks/harness/gpu/run_h200.sh compiled "$dir" >/dev/null 2>&1 ;;
     kb20)
       RUN_TIMEOUT=$(( budget - 25 )) timeout -k 10 "$budget" bash benchmarks/harness/gpu/run_h200.sh kb20 "$dir" \
         >/dev/null 2>&1 ;;

@@ -292,7 +292,10 @@ class CudaTiming(HeadStart):
     def configure_timing(self, options: dict[str, Any]) -> None:
         """The controller's decisions: ``{"capture_probes": False}`` before calibration (this sandbox must not
         test-capture its arm: a failed capture can leave the arm's own streams capturing for good, and its memory
-        with them; the probe ran in another sandbox), then ``{"graphs": bool, "reason": str}`` for both arms."""
+        with them; the probe ran in another sandbox), then ``{"graphs": bool, "reason": str}`` for both arms, with
+        ``{"head_start": "off", "head_start_reason": str}`` where the baseline's sandbox stopped holding."""
+        if options.get("head_start") == "off":  # the baseline's sandbox stopped holding (sampling.decide_head_start)
+            self._stop_holding(str(options.get("head_start_reason") or "the controller turned the hold off"))
         if "capture_probes" in options:
             self._capture_probes = bool(options["capture_probes"])
         if "graphs" in options:

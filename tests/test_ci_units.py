@@ -138,8 +138,11 @@ def test_markdown_has_old_and_new_numbers():
 def test_changed_files_name_their_candidates():
     keys = changed_keys(["benchmarks/kernels/level1/candidates/05_softmax/fused_softmax.py",
                          "benchmarks/kernels/level1/candidates/02_relu/mlx/relu.py", "more/relu/other.py",
-                         "benchmarks/kernels/level1/candidates/05_softmax/README.md"])
-    assert keys == {("05_softmax", "fused_softmax"), ("02_relu", "relu"), ("relu", "other")}
+                         "benchmarks/kernels/level1/candidates/05_softmax/README.md",
+                         "benchmarks/kernels/level1/candidates/05_softmax/cuda/softmax_triton.py",
+                         "benchmarks/kernels/level1/candidates/02_relu/cpu/cpp_relu.py"])
+    assert keys == {("05_softmax", "fused_softmax"), ("02_relu", "relu"), ("relu", "other"),
+                    ("05_softmax", "softmax_triton"), ("02_relu", "cpp_relu")}
 
 
 def test_export_writes_a_loadable_report_and_refuses_unfinished_or_unknown_runs(tmp_path, capsys):

@@ -309,3 +309,21 @@ def test_process_offsets_widen_a_two_pair_ci_but_never_move_the_estimate():
     extra = 1.959964 * 0.025 / math.sqrt(2)
     assert math.log(two.ci_high / two.speedup) == pytest.approx(math.hypot(math.log(1.02 / 1.01), extra), rel=1e-6)
     assert math.log(two.speedup / two.ci_low) == pytest.approx(math.hypot(math.log(1.01 / 1.0), extra), rel=1e-6)
+
+
+def test_candidates_for_one_device_are_collected_on_that_device_only(tmp_path):
+    """``candidates/<problem>/cuda/`` on CUDA alone, ``candidates/<problem>/cpu/`` on the CPU alone: a C++ loop on
+    host memory handed CUDA tensors crashed its build sandbox on the H200 (2026-12-05)."""
+    from pytest_autotune.problems.discovery import candidates_for
+    from pytest_autotune.problems.model import ProblemRef
+
+    problem_file = tmp_path / "02_relu.py"
+    problem_file.write_text("")
+    for rel in ("relu.py", "cuda/relu_cuda.py", "cpu/cpp_relu.py", "mlx/relu.py"):
+        f = tmp_path / "candidates" / "02_relu" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("")
+    problem = ProblemRef(name="02_relu", path=problem_file)
+    names = {dev: sorted(c.name for c in candidates_for(problem, [], "torch", dev)) for dev in ("cpu", "cuda", "mps")}
+    assert names == {"cpu": ["cpp_relu", "relu"], "cuda": ["relu", "relu_cuda"], "mps": ["relu"]}
+    assert [c.name for c in candidates_for(problem, [], "mlx", "mlx")] == ["relu"]

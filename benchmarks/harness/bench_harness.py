@@ -116,7 +116,17 @@ def miss_cause(it: dict) -> str:
         if any(inside) and not all(inside):
             return f"one pair of processes carries an offset: the pairs read {desc}"
         if not any(inside):
-            facts.append(f"every pair of processes misses 1.0 on its own: {desc}")
+            sides = {p["ci"][0] > 1.0 for p in pairs}
+            if len(sides) == 1:
+                per_call = t.get("per_call_s") or {}
+                calls = (f" (a call: A {per_call['A'] * 1e6:.1f} us, B {per_call['B'] * 1e6:.1f} us)"
+                         if per_call.get("A") and per_call.get("B") else "")
+                facts.append(f"an offset per process larger than the protocol's floor "
+                             f"([devices.cpu].process_offset_sd), the same side in every pair: the same code runs at "
+                             f"two speeds in the two arms' processes{calls}, and {len(pairs)} pairs of processes "
+                             f"cannot average it out; the pairs read {desc}")
+            else:
+                facts.append(f"every pair of processes misses 1.0 on its own, on both sides: {desc}")
     faults = t.get("samples_with_page_faults") or {}
     if faults and faults.get("A") != faults.get("B") and max(faults.values()) > 2:
         return f"page faults inside samples: {faults} samples of each arm took some"

@@ -18,6 +18,7 @@ import pytest
 
 from ..errors import AutotuneUsageError
 from ..keys import SESSION_KEY, VERDICT_KEY
+from ..problems.discovery import CPU_SUBDIR, CUDA_SUBDIR, MLX_SUBDIR
 from .compare import ItemComparison, compare_item, compare_session, counts, rule_text
 from .options import CIOptions
 from .stored import StoredRun, check_compatible, load_stored
@@ -190,15 +191,20 @@ class CIXdistHooks:
                                               "changed": [f"{a}/{b}.py" for a, b in sorted(p.changed or ())]}
 
 
+#: folders of candidates for one device or framework, one level below the problem's (problems/discovery.py)
+DEVICE_SUBDIRS = (MLX_SUBDIR, CUDA_SUBDIR, CPU_SUBDIR)
+
+
 def changed_keys(paths: "list[str]") -> frozenset[tuple[str, str]]:
     """(problem, candidate) of each changed candidate file, laid out as ``<problem>/<name>.py`` (MLX ports:
-    ``<problem>/mlx/<name>.py``) under a suite's ``candidates/`` or a ``--candidates`` folder."""
+    ``<problem>/mlx/<name>.py``; for one device only: ``<problem>/cuda/<name>.py``, ``<problem>/cpu/<name>.py``) under
+    a suite's ``candidates/`` or a ``--candidates`` folder."""
     out = set()
     for p in paths:
         path = Path(p)
         if path.suffix != ".py":
             continue
-        parent = path.parent.parent if path.parent.name == "mlx" else path.parent
+        parent = path.parent.parent if path.parent.name in DEVICE_SUBDIRS else path.parent
         out.add((parent.name, path.stem))
     return frozenset(out)
 

@@ -15,8 +15,10 @@ BASELINES_DIR = "baselines"
 MLX_SUBDIR = "mlx"
 #: candidates that run only on a CUDA device (CUDA C++, Triton): collected with --device=cuda alone
 CUDA_SUBDIR = "cuda"
+#: candidates that run only on the CPU (C++ on the tensors' host memory): collected with --device=cpu alone
+CPU_SUBDIR = "cpu"
 TEMPLATES_DIR = "templates"  # search templates (docs/guide/studies.md): candidates-to-be, never problems
-_SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR, CUDA_SUBDIR, TEMPLATES_DIR}
+_SKIP_DIRS = {CANDIDATES_DIR, BASELINES_DIR, "__pycache__", MLX_SUBDIR, CUDA_SUBDIR, CPU_SUBDIR, TEMPLATES_DIR}
 
 
 def is_problem_file(path: Path, roots: Sequence[Path]) -> bool:
@@ -46,12 +48,14 @@ def candidates_for(problem: ProblemRef, extra_dirs: Sequence[Path], kind: Candid
                    device: str = "cpu") -> list[CandidateRef]:
     """Candidates beside the suite (``candidates/<stem>/``) and under each ``--candidates DIR/<stem>/``.
     MLX candidates live one level down, in ``mlx/``; candidates for CUDA devices only (CUDA C++, Triton) in
-    ``cuda/``, collected with ``--device=cuda``. Names are made unique by their origin when they clash."""
+    ``cuda/``, collected with ``--device=cuda``; candidates for the CPU only (C++ reading the tensors' host memory) in
+    ``cpu/``, collected with ``--device=cpu``. Names are made unique by their origin when they clash."""
     dirs = [problem.path.parent / CANDIDATES_DIR / problem.name] + [Path(d) / problem.name for d in extra_dirs]
     seen: dict[str, Path] = {}
     out: list[CandidateRef] = []
     for d in dirs:
-        folders = [d / MLX_SUBDIR] if kind == "mlx" else [d] + ([d / CUDA_SUBDIR] if device == "cuda" else [])
+        only = {"cuda": [d / CUDA_SUBDIR], "cpu": [d / CPU_SUBDIR]}.get(device, [])
+        folders = [d / MLX_SUBDIR] if kind == "mlx" else [d] + only
         for p in [p for folder in folders for p in _py_files(folder)]:
             name = p.stem
             if name in seen and seen[name].resolve() != p.resolve():

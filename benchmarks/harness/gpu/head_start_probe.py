@@ -58,17 +58,25 @@ def _med(xs: list) -> Any:
 
 
 def _samples(dev: CudaDevice, model: Any, sets: list, n: int) -> dict:
+    fields = ("seconds", "event_seconds", "enqueue_seconds", "first_call_seconds", "hold_seconds", "host_seconds",
+              "hold_expired", "bound", "head_start")
+    got: list[dict] = []
     with torch.no_grad():
         for _ in range(2):  # the harness's warm-up round: nothing done once lands in a sample that counts
             dev.timed(model, sets)
-        got = [dev.timed(model, sets) for _ in range(n)]
+        for _ in range(n):
+            # the numbers only: a sample keeps its outputs, and sixteen samples of 23_Softmax's 6.4 GB outputs held
+            # at once ran the GPU out of memory for the next problems (and slowed that arm's allocations) on
+            # 2026-12-05
+            sample = dev.timed(model, sets)
+            got.append({f: getattr(sample, f) for f in fields})
+            del sample
     k = len(sets)
-    row = {f: _med([getattr(s, f) for s in got]) for f in
-           ("seconds", "event_seconds", "enqueue_seconds", "first_call_seconds", "hold_seconds", "host_seconds")}
+    row = {f: _med([s[f] for s in got]) for f in fields[:6]}
     row["per_call_s"] = row["seconds"] / k
-    row["expired"] = sum(bool(s.hold_expired) for s in got)
-    row["host_bound"] = sum(s.bound == "host" for s in got)
-    row["head_start"] = sorted({str(s.head_start) for s in got})
+    row["expired"] = sum(bool(s["hold_expired"]) for s in got)
+    row["host_bound"] = sum(s["bound"] == "host" for s in got)
+    row["head_start"] = sorted({str(s["head_start"]) for s in got})
     row["timing_info"] = {key: v for key, v in dev.timing_info().items() if "head_start" in key or "hold" in key
                           or key.endswith("_median") or key.endswith("_max")}
     return row

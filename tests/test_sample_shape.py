@@ -234,3 +234,22 @@ def test_where_the_device_is_the_sandboxs_memory_k_fits_its_memory_limit():
     boxes, _ = _boxes(50e-3, lambda i: 50e-3, 50e-3, lambda i: 50e-3, A=big)
     ev = _time(boxes)
     assert ev.calls_per_sample == 1 < PLAN.min_calls_per_sample and ev.calibration["k_memory_cap"] == 1
+
+
+def test_the_baselines_hold_decides_both_timing_sandboxes():
+    """CUDA's head start: where the baseline's timing sandbox stopped holding during calibration, both sandboxes
+    are configured without a hold; the candidate's own stop, or a capture probe's report, decides nothing."""
+    held = {"head_start": "spin", "head_start_setting": "spin", "head_start_reason": ""}
+    stopped = {"head_start": "off", "head_start_setting": "spin", "head_start_reason": "the hold ran out (3 ms)"}
+
+    def configured(a_info: dict, b_info: dict, probes=None) -> list:
+        boxes, _ = _boxes(5e-3, lambda i: 5e-3, 0.7e-3, lambda i: 0.7e-3, A={"timing_info": a_info},
+                          B={"timing_info": b_info})
+        ev = _time(boxes, probes=probes)
+        return [ev.mode["decision"].get("head_start")] + [
+            m["timing"].get("head_start") for box in boxes.values() for cmd, m, _ in box.log
+            if cmd == "configure" and "k" in m]
+
+    assert set(configured(stopped, held)) == {"off"}
+    assert set(configured(held, stopped)) == {None}
+    assert set(configured(held, held, probes={"A": stopped})) == {None}

@@ -100,8 +100,9 @@ def _calibrate(drv: ScheduleDriver, seeds: SeedSource, plan: TimingPlan, graph_b
            for arm in ((first, "B" if first == "A" else "A"))}
     per_call = float(cal["A"]["per_call_s"])
     infos = {arm: c.get("timing_info") or {} for arm, c in cal.items()}
+    hold = decide_head_start(infos)  # the timing sandboxes' own holds, not a capture probe's
     infos.update(probes)
-    mode = {**decide_timing_mode(infos, graph_below_s), **decide_head_start(infos)}
+    mode = {**decide_timing_mode(infos, graph_below_s), **hold}
     # k's memory bound: the item's plan where it has one (every process of the item counted, before anything
     # ran), and what the baseline's sandbox found free now (other processes of the machine, the candidate's too)
     caps = [c for c in (memory_cap({"A": cal["A"]}, graphs=bool(mode.get("graphs")), groups=memory.groups_held),

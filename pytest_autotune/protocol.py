@@ -149,6 +149,10 @@ def parse_protocol(raw: bytes, source: str = "protocol.toml") -> Protocol:
 
 
 def _cross_checks(proto: Protocol, source: str) -> None:
+    if 0.0 < proto.timing.k_recheck_ratio <= 1.0:
+        raise ProtocolError(
+            f"{source}: [timing].k_recheck_ratio = {proto.timing.k_recheck_ratio:g} would find every k wrong and "
+            "re-plan every item, then refuse it: use 0 (k never re-checked) or a ratio above 1, e.g. 2.0")
     if proto.timing.max_pairs < proto.timing.min_pairs:
         raise ProtocolError(
             f"{source}: [timing].max_pairs ({proto.timing.max_pairs}) is below [timing].min_pairs "

@@ -160,3 +160,47 @@ def test_the_build_request_carries_the_protocols_budget(tmp_path: Path, source: 
     Stage(env).build(_item(source))
     (msg, timeout), = boxes[0].sent
     assert msg["cmd"] == "build" and msg["seed"] == 7 and msg["max_bytes"] == 512 << 20 and timeout == 600.0
+
+
+@pytest.mark.parametrize("bad", [
+    {"files": {"a": "not a tensor"}},
+    {"calls": [1]},
+    {"bytes": "many"},
+    {"failures": [1]},
+    {"files": {"../outside.so": _u8(b"x")}},
+    {"files": {"/etc/passwd": _u8(b"x")}},
+], ids=["file-not-a-tensor", "call-not-a-dict", "bytes-not-a-number", "failure-not-a-dict", "path-escapes",
+        "absolute-path"])
+def test_a_malformed_build_reply_is_the_sandboxs_error_not_the_controllers(tmp_path: Path, bad: dict) -> None:
+    """The build sandbox's reply comes from the candidate's process: any shape it should not have gives the item
+    an error verdict naming it, and nothing lands in the cache or outside it."""
+    v = Stage(_env(tmp_path, _reply(**bad))).build(_item())
+    assert (v.outcome.verdict, v.outcome.gate) == ("error", "build")
+    assert "malformed" in v.outcome.reason or "plain relative path" in v.outcome.reason, v.outcome.reason
+    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir())
+    assert not (tmp_path / "outside.so").exists()
+
+
+def test_an_empty_compiler_log_still_names_the_refusal(tmp_path: Path) -> None:
+    v = Stage(_env(tmp_path, _reply(failures=[{"error": "", "fn": "load_inline", "name": "ext"}]))).build(
+        _item(b"from torch.utils.cpp_extension import load_inline\n"))
+    assert (v.outcome.verdict, v.outcome.gate) == ("rejected", "build")
+    assert v.outcome.reason.startswith("(the compiler printed nothing)")
+
+
+def test_a_cache_that_cannot_be_written_warns_and_the_item_goes_on(tmp_path: Path) -> None:
+    root = tmp_path / "build"
+    root.write_text("a file where the cache's folder should be")  # mkdir fails: an OSError like a full disk
+    env = _env(tmp_path, _reply(files={"triton/ABC/k.cubin": _u8(b"\x01")}, bytes=1))
+    item = _item()
+    assert Stage(env).build(item) is None and item.ctx.details["build"]["cache"] == "miss"
+    assert any("could not be cached" in w for w in item.ctx.warnings)
+    assert Stage(env).build_payload(item.problem_src, "candidate", item.cand_src) is not None
+
+
+def test_a_cache_folder_without_its_manifest_is_replaced(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path / "build")
+    (tmp_path / "build" / "k1").mkdir(parents=True)  # a copy cut short, a folder made by hand
+    assert cache.load("k1") is None
+    cache.store("k1", {"calls": []}, {"ext/x.so": b"built"})
+    assert cache.load("k1").files == {"ext/x.so": b"built"}  # type: ignore[union-attr]

@@ -81,6 +81,7 @@ def test_loaded_values_are_typed_and_frozen():
         (b"disable_gc = true", b"disable_gc = 1", "timing.disable_gc", "true or false"),
         (b'order = "ABBA/BAAB"', b'order = "AB"', "timing.order", "use one of ABBA"),
         (b"max_pairs = 800", b"max_pairs = 4", "max_pairs", "raise max_pairs"),
+        (b"k_recheck_ratio = 2.0", b"k_recheck_ratio = 1.0", "k_recheck_ratio", "a ratio above 1"),
         (b"[tolerance.bfloat16]", b"[tolerance.float8]", "tolerance.float8", "use one of"),
         (b"cpu_threads = 1", b"", "timing.cpu_threads", "missing key"),
     ],

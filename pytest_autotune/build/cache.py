@@ -84,7 +84,8 @@ class BuildCache:
         return BuildEntry(key, manifest, files)
 
     def store(self, key: str, manifest: dict, files: dict[str, bytes]) -> BuildEntry:
-        """Write an entry (from the controller's own digests of ``files``) and return it as read back."""
+        """Write an entry (from the controller's own digests of ``files``) and return it (ours: where another
+        worker's valid entry landed first, that one stays on disk and is the same build)."""
         manifest = {**manifest, "key": key, "files": {rel: {"sha256": hashlib.sha256(data).hexdigest(),
                                                             "bytes": len(data)} for rel, data in files.items()}}
         self.root.mkdir(parents=True, exist_ok=True)
@@ -99,10 +100,11 @@ class BuildCache:
             final = self.root / key
             if final.exists():  # a broken entry, or another worker's that landed first: ours replaces a broken one
                 try:
-                    self.load(key)
-                    return BuildEntry(key, manifest, dict(files))
+                    if self.load(key) is not None:
+                        return BuildEntry(key, manifest, dict(files))
                 except CacheError:
-                    shutil.rmtree(final, ignore_errors=True)
+                    pass
+                shutil.rmtree(final, ignore_errors=True)  # broken, or a folder without a manifest
             try:
                 os.replace(tmp, final)
             except OSError:

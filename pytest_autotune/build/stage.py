@@ -21,7 +21,7 @@ from ..errors import ProblemLoadError
 from ..gates.base import GateOutcome
 from ..item_memory import settle
 from ..sandbox.runner import SandboxFailure
-from .cache import BuildCache, BuildEntry, CacheError
+from .cache import BuildCache, BuildEntry, CacheError, safe_relative
 from .compiler_log import first_error, keep, strip_scratch
 from .detect import needs_build
 from .toolchain import build_key, compiler_text, device_arch, toolchain
@@ -127,17 +127,37 @@ class BuildStage:
         if not reply.get("ok"):
             raise SandboxFailure("protocol", f"the build command failed: {reply.get('error')}",
                                  str(reply.get("trace") or ""))
+        try:
+            entry = self._entry(item, key, tc, reply)
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as e:
+            # the reply is the candidate's process speaking: a shape it should not have is the sandbox's failure,
+            # with a verdict, never the controller's traceback
+            raise SandboxFailure("protocol", f"the build sandbox's reply was malformed ({type(e).__name__}: {e})") \
+                from None
+        if entry.manifest.get("raised") or cache is None:
+            return entry
+        try:
+            return cache.store(key, entry.manifest, entry.files)
+        except OSError as e:  # a full disk, a cache folder the user cannot write: the item goes on uncached
+            item.ctx.warnings.append(f"the build of {key[:16]} could not be cached ({e}); it is used for this item "
+                                     "and built again next time: free space or fix the permissions of the build "
+                                     "cache folder (docs/guide/compiled-candidates.md)")
+            return entry
+
+    def _entry(self, item: "ItemRun", key: str, tc: tuple, reply: dict) -> BuildEntry:
+        """The build sandbox's reply as a cache entry (not yet stored), or BuildFailed with the compiler's error."""
+        b = self.env.protocol.build
         failures = list(reply.get("failures") or [])
         if failures:
             log = "\n\n".join(strip_scratch(str(f.get("error"))) for f in failures)
-            first = first_error(log) or log.strip().splitlines()[0][:500]
+            first = first_error(log) or (log.strip().splitlines() or ["(the compiler printed nothing)"])[0][:500]
             f = failures[0]
             raise BuildFailed(f"{first} ({f.get('fn')}({f.get('name')!r}); the compiler's whole output is in "
                               "details.build.log)", log)
         if reply.get("triton_failed"):
             log = strip_scratch(str(reply.get("trace") or reply.get("raised")))
             raise BuildFailed(f"Triton could not compile a kernel: {strip_scratch(str(reply.get('raised')))}", log)
-        files = {rel: t.numpy().tobytes() for rel, t in dict(reply.get("files") or {}).items()}
+        files = {str(safe_relative(rel)): t.numpy().tobytes() for rel, t in dict(reply.get("files") or {}).items()}
         total = max(int(reply.get("bytes") or 0), sum(len(d) for d in files.values()))  # what it says, what it sent
         if total > (b.max_artifact_mb << 20):
             raise BuildFailed(f"the built objects take {total / 2**20:.0f} MiB, over the protocol's "
@@ -154,7 +174,4 @@ class BuildStage:
             # the candidate raised before its build was complete: this item goes on with what was built (its gates
             # report the error), and nothing is cached, so that a later run builds it again
             manifest["raised"] = strip_scratch(str(reply["raised"]))
-            return BuildEntry(key, manifest, files)
-        if cache is None:
-            return BuildEntry(key, manifest, files)
-        return cache.store(key, manifest, files)
+        return BuildEntry(key, manifest, files)

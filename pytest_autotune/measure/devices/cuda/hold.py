@@ -17,9 +17,10 @@ number into a flag in pinned host memory mapped into the device -- NVIDIA nvbenc
   the GPU waits for the host, and so does a launch once the stream's queue is full (about 1,000 pending launches).
   The kernel writes, into the mapped page, whether the host released it or it ran out.
 
-The kernel is PTX (below), compiled by the driver's JIT at setup: the GPU host has no CUDA compiler, and one
-kernel of forty instructions needs no package for it. ``"off"``: no hold (protocols 1-8; also the fallback where
-the driver cannot load or launch the kernel -- the sample is then the one before the head start, and says so).
+The kernel is PTX (below), compiled by the driver's JIT at setup: a timing sandbox runs no compiler (the build
+stage is the only place one runs), and one kernel of forty instructions needs no package for it. ``"off"``: no hold
+(protocols 1-8; also the fallback where the driver cannot load or launch the kernel -- the sample is then timed
+without a hold, still as max(event, enqueue), and ``timing_info`` says why).
 
 Not used, and why: ``cuStreamWaitValue32`` (the stream waits in the GPU's front end for a host-written value) has
 no deadline, and leaves every SM free for another stream's work during the hold; a delay kernel

@@ -55,7 +55,7 @@ for spec in "$@"; do
         OUTSIDE_TIMEOUT="${OUTSIDE_TIMEOUT:-$(( budget * 25 / 100 ))}" \
         timeout -k 10 "$budget" bash benchmarks/harness/gpu/anchors_h200.sh "$dir" >/dev/null 2>&1 ;;
     compiled)
-      RUN_TIMEOUT=$(( budget / 3 > 90 ? budget / 3 : 90 )) timeout -k 10 "$budget" \
+      RUN_TIMEOUT=$(( budget / 2 > 120 ? budget / 2 : 120 )) timeout -k 10 "$budget" \
         bash benchmarks/harness/gpu/run_h200.sh compiled "$dir" >/dev/null 2>&1 ;;
     kb20)
       RUN_TIMEOUT=$(( budget - 25 )) timeout -k 10 "$budget" bash benchmarks/harness/gpu/run_h200.sh kb20 "$dir" \

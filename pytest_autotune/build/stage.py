@@ -87,15 +87,7 @@ class BuildStage:
                 return self._refused(item, GateOutcome.refuse("build", e.reason))
             except SandboxFailure as e:
                 info["seconds"] = round(time.perf_counter() - t0, 3)
-                from ..item_run import FlowVerdict
-                from ..item_run import details as item_details
-                from ..result import ItemOutcome
-
-                spec = item.spec
-                return FlowVerdict(ItemOutcome(
-                    nodeid=spec.nodeid, kind="kernel", problem=spec.problem.name, candidate=spec.candidate.name,
-                    device=spec.device, verdict="error", gate="build", reason=f"the build sandbox: {e}",
-                    warnings=tuple(ctx.warnings), details=item_details(item)))
+                return self._refused(item, GateOutcome("build", f"the build sandbox: {e}", verdict="error"))
         m = entry.manifest
         info.update(seconds=round(time.perf_counter() - t0, 3), compiler=m.get("compiler"), flags=m.get("flags", []),
                     built=[c.get("name") for c in m.get("calls", [])], build_seconds=m.get("seconds"),

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from typing import Any, Optional
 
+from ..hostinfo import cpuinfo
+
 #: the layout of a cache entry and of what a build sandbox answers; a change makes every older entry a miss
 BUILD_FORMAT = 1
 #: variables that change what torch's loaders and Triton build
@@ -53,18 +55,9 @@ def ninja_binary() -> str:
 
 def _cpu_arch() -> str:
     """The CPU's model and feature flags (``-march=native`` builds for exactly these), as a short digest."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                if k.strip() == "model name" and not flags:
-                    model = v.strip()
-                elif k.strip() in ("flags", "Features"):
-                    flags = v.strip()
-                    break
-    except OSError:
-        pass
+    info = cpuinfo()
+    model = info.get("model name") or platform.processor() or platform.machine()
+    flags = info.get("flags") or info.get("Features") or ""
     return f"{platform.machine()} {model} flags:{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
 
 

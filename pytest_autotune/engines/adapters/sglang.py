@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
 
+from ...hostinfo import cpuinfo
 from .. import localhttp
 from .base import EffectiveConfig, EngineAdapter, Finding, FlagSet, FlagValue, LaunchEvidence, values_equal
 
@@ -36,14 +37,7 @@ UNTESTED = ("SGLang's PyPI wheel is CUDA-only and its CPU backend needs AVX-512;
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set(cpuinfo().get("flags", "").split())
 
 
 def _has_cuda_gpu() -> bool:

@@ -15,19 +15,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from ...hostinfo import cpuinfo
 from .base import Device, Sample
 from .placement import Placement
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def _cache_sizes() -> dict[int, int]:

@@ -40,16 +40,20 @@ def _version_line(cmd: list[str], last: bool = False) -> str:
     return lines[-1] if last else lines[0]
 
 
-def ninja_binary() -> str:
-    """The ``ninja`` package's binary (a dependency of the project), else whatever ``ninja`` is on PATH."""
+def ninja_bin_dir() -> Optional[str]:
+    """The folder of the ``ninja`` package's binary (a dependency of the project); None without the package."""
     try:
         import ninja  # type: ignore[import-not-found, import-untyped, unused-ignore]
-
-        bin_dir = getattr(ninja, "BIN_DIR", None)
-        if bin_dir and os.path.exists(os.path.join(bin_dir, "ninja")):
-            return os.path.join(bin_dir, "ninja")
     except ImportError:
-        pass
+        return None
+    return str(getattr(ninja, "BIN_DIR", "") or "") or None
+
+
+def ninja_binary() -> str:
+    """The ``ninja`` package's binary, else whatever ``ninja`` is on PATH."""
+    bin_dir = ninja_bin_dir()
+    if bin_dir and os.path.exists(os.path.join(bin_dir, "ninja")):
+        return os.path.join(bin_dir, "ninja")
     return "ninja"
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from ..build.cache import safe_relative
+from ..build.toolchain import ninja_bin_dir
 from .ext_loaders import EXT_MODULE, Recorder, Replayer, on_import, refuse_compiling
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,11 +82,7 @@ def _triton_env(scratch: Path) -> None:
 def _ninja_on_path() -> None:
     """The ``ninja`` package's binary first on PATH (torch runs ``ninja`` by name; a venv not activated has it in
     its own bin folder only)."""
-    try:
-        import ninja  # type: ignore[import-not-found, import-untyped, unused-ignore]
-    except ImportError:
-        return
-    bin_dir = str(getattr(ninja, "BIN_DIR", "") or "")
+    bin_dir = ninja_bin_dir()
     if bin_dir and bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 

@@ -114,11 +114,11 @@ def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
     business (report/precision.py), not a warning per item; the item's own numbers go to ``details.precision``."""
     est = ev.estimate
     assert est is not None and item.choice is not None
-    plan = env.protocol.timing_plan(env.device_spec.name)
+    plan = env.timing_plan()
     pairs = [p.get("speedup") for p in ev.calibration.get("process_pairs") or []] or [est.speedup]
     item.ctx.details["precision"] = {
         "ci_rel_width": est.rel_width, "target": plan.ci_target_rel_width, "met": ev.ci_target_met,
-        "pairs_of_processes": len(pairs), "planned": env.timing_plan().process_pairs,
+        "pairs_of_processes": len(pairs), "planned": plan.process_pairs,
         "pair_log_speedups": [math.log(s) if s and s > 0 else None for s in pairs],
         "timing_stage_s": item.ctx.details.get("timing_stage_s")}
     return Measurement(
@@ -126,6 +126,7 @@ def measurement(env: FlowEnv, item: ItemRun, ev: TimingEvidence) -> Measurement:
         ci_low=est.ci_low, ci_high=est.ci_high, ci_target_met=ev.ci_target_met,
         strawman_speedup=est.speedup * item.choice.gain_vs_reference, calls_per_sample=ev.calls_per_sample,
         stop_reason=ev.stop_reason)
+
 
 def _median_per_call(ev: TimingEvidence) -> dict[str, Optional[float]]:
     """Each arm's median time per call over the timed samples (the k-invariance benchmark reads it)."""

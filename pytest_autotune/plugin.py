@@ -224,9 +224,10 @@ _FREEZE_AT_EXIT: list[bool] = []
 def _freeze_heap_at_exit() -> None:
     """Once per process: ``gc.freeze()`` when the interpreter exits (an atexit handler: never in a process that
     goes on after ``pytest.main``). The collector's final passes then skip the heap built so far (torch's: ~0.5 s
-    of a ~0.9 s exit here, docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431). Everything this plugin must write is written and closed
-    before: the store and the JSON report at sessionfinish, the sandboxes at unconfigure; the other atexit
-    handlers still run, and refcounted objects are still freed."""
+    of a ~0.9 s exit here, docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431).
+    Everything this plugin must write is written and closed before: the store and the JSON report at
+    sessionfinish, the sandboxes at unconfigure; the other atexit handlers still run, and refcounted objects are
+    still freed."""
     if not _FREEZE_AT_EXIT:
         import atexit
         import gc

@@ -70,7 +70,13 @@ def _rounds(span_kib: int, sets: int = 16, shape: tuple[int, int] = (16, 16384),
 def test_placements_move_between_rounds_and_the_heap_is_resident_when_a_round_starts():
     got = _rounds(1024)
     rows = got["rows"][1:]  # the first round is the warm-up round, never counted
-    assert len({r["x"] for r in rows}) >= 3, rows
+    # every round's layout is new: where its inputs start, and where its outputs sit against them (measured over 40
+    # runs of this script, 2026-12-05: 9 layouts of 9 in every run)
+    assert len({(r["x"], (r["out"] - r["x"]) % 4096) for r in rows}) >= 7, rows
+    # the inputs themselves move, though not every round: best fit can put them back into a hole an earlier round
+    # left, whatever the spacer (distinct input addresses over the 9 rounds, 40 runs: 3 in 9 runs, 5 in 6, 8-9 in
+    # 25; one CI run saw 2)
+    assert len({r["x"] for r in rows}) >= 2, rows
     # the outputs' offset from the inputs changes too (their own address may repeat: glibc's best fit can hand the
     # outputs the same free block round after round when the inputs moved elsewhere)
     assert len({(r["out"] - r["x"]) % 4096 for r in rows}) >= 3, rows

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import time
 from typing import Any, Optional
@@ -39,9 +40,17 @@ from .item_run import result as item_result
 from .jsonable import jsonable
 from .measure.input_sets import choose_input_sets
 from .measure.memory import UNBUDGETED, MemoryPlan
-from .measure.schedule import TimingEvidence, TimingRefused, pool_process_pairs, run_paired_timing
+from .measure.schedule import (
+    TimingEvidence,
+    TimingRefused,
+    pairs_stop_reason,
+    pool_process_pairs,
+    run_paired_timing,
+)
+from .measure.until_target import UntilTarget
 from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, SourceFile
+from .protocol import TimingPlan
 from .result import ItemOutcome, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure
 from .seeds import SeedSource
@@ -318,6 +327,15 @@ class KernelFlow(BaselineStage, BuildStage):
         item.golden.clear()
         item.derive_spread = choice.spread
         ctx.details["input_sets"] = choice.details()
+        until = self._until_target(plan)
+        ended = "the item budget was spent before the next one started"
+        pooled: dict[int, TimingEvidence] = {}  # pairs of processes -> their pooled evidence, made once
+
+        def pool(count: int) -> TimingEvidence:
+            if count not in pooled:
+                pooled[count] = self._pooled(runs[:count], n, ended)
+            return pooled[count]
+
         for j in range(n):
             # past the second pair of processes, one more starts only while the timing stage (sandbox starts and
             # imports included) is within the item budget: where a sandbox takes seconds to start (a problem
@@ -325,10 +343,21 @@ class KernelFlow(BaselineStage, BuildStage):
             if (env.process_pairs is None and j >= MIN_PROCESS_PAIRS
                     and time.perf_counter() - t0 >= plan.item_budget_s * env.budget_scale):
                 break
+            # --autotune-max-pairs: one more only while the protocol's CI of those so far is wider than the target
+            if until is not None and until.reached(
+                    [math.log(ev.estimate.speedup) if ev.estimate and ev.estimate.speedup > 0 else None
+                     for ev in runs], lambda: pool(len(runs)).estimate.rel_width):  # type: ignore[union-attr]
+                ended = "its CI reached the target"
+                break
             refused = self._timed_pair(item, box if j == 0 else None, j, n, runs)
             if refused is not None:
                 return refused
-        ev = runs[0] if n == 1 else self._pooled(runs, n)
+        ev = runs[0] if n == 1 else pool(len(runs))
+        if n > 1 and len(runs) < n:  # pooled before it was known why the next pair of processes would not start
+            ev = dataclasses.replace(ev, stop_reason=pairs_stop_reason(runs, n, ended))
+        if until is not None:
+            ctx.details["until_target"] = {"max_pairs": n, "stopped_at_target": ended == "its CI reached the target",
+                                           "readings": [{"pairs": p, "ci_rel_width": w} for p, w in until.readings]}
         ctx.timing = ev
         ctx.details["timing_stage_s"] = time.perf_counter() - t0
         ctx.measurement = item_measurement(env, item, ev)
@@ -374,8 +403,18 @@ class KernelFlow(BaselineStage, BuildStage):
         settle(env, item, f"the timing sandboxes{suffix}")
         return None
 
-    def _pooled(self, runs: list[TimingEvidence], planned: int) -> TimingEvidence:
-        return pool_process_pairs(runs, planned, self.env.protocol, self.env.device_spec.name)
+    def _pooled(self, runs: list[TimingEvidence], planned: int, ended: str) -> TimingEvidence:
+        return pool_process_pairs(runs, planned, self.env.protocol, self.env.device_spec.name, ended=ended)
+
+    def _until_target(self, plan: TimingPlan) -> Optional[UntilTarget]:
+        """The stopping rule of ``--autotune-max-pairs`` (None without it): no stop before the protocol's own pairs
+        of processes."""
+        env = self.env
+        if not env.pairs_until_target:
+            return None
+        own = env.protocol.timing_plan(env.device_spec.name)
+        return UntilTarget(target=plan.ci_target_rel_width, offset_sd=plan.process_offset_sd,
+                           ci_level=env.protocol.statistics.ci_level, min_pairs=min(own.process_pairs, plan.process_pairs))
 
     def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:
         ctx = item.ctx

@@ -53,8 +53,12 @@ class FlowEnv:
     #: the build cache's folder (build/cache.py build_root); None: builds are not kept
     build_root: Optional[Path] = None
     builds: dict = field(default_factory=dict)  # (problem sha, candidate sha) -> the item's build (init payload)
-    #: --autotune-pairs: pairs of processes per item instead of the protocol's (None: the protocol's)
+    #: --autotune-pairs / --autotune-max-pairs: pairs of processes per item instead of the protocol's (None: the
+    #: protocol's)
     process_pairs: Optional[int] = None
+    #: --autotune-max-pairs: ``process_pairs`` is a most, and an item stops once its CI reaches the target
+    #: (measure/until_target.py)
+    pairs_until_target: bool = False
 
     def timing_plan(self) -> TimingPlan:
         """The protocol's timing plan for this device; with ``--autotune-pairs=N``, N pairs of processes, each with

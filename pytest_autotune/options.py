@@ -32,6 +32,8 @@ class Options:
     calls_per_sample: Optional[str] = None
     #: --autotune-pairs: pairs of processes per item instead of the protocol's (None: the protocol's)
     pairs: Optional[int] = None
+    #: --autotune-max-pairs: at most this many pairs of processes an item, stopping at the CI target (None: off)
+    max_pairs: Optional[int] = None
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "Options":
@@ -44,6 +46,13 @@ class Options:
             raise AutotuneUsageError(
                 f"--autotune-k={g('autotune_k')} overrides the protocol's calls per sample: add "
                 "--autotune-exploratory (every row is then marked exploratory), or drop --autotune-k")
+        if g("autotune_pairs") is not None and g("autotune_max_pairs") is not None:
+            from .errors import AutotuneUsageError
+
+            raise AutotuneUsageError(
+                f"--autotune-pairs={g('autotune_pairs')} and --autotune-max-pairs={g('autotune_max_pairs')} both set "
+                "an item's pairs of processes: keep --autotune-pairs=N to run all N, or --autotune-max-pairs=N to "
+                "stop each item once its CI reaches the target")
         return cls(
             measuring=bool(g("autotune")),
             device=g("autotune_device"),
@@ -66,4 +75,5 @@ class Options:
             device_memory=g("autotune_device_memory"),
             calls_per_sample=g("autotune_k"),
             pairs=g("autotune_pairs"),
+            max_pairs=g("autotune_max_pairs"),
         )

@@ -78,8 +78,10 @@ def _k_override(value: str) -> str:
 def _pairs(value: str) -> int:
     import argparse
 
-    if not value.isdigit() or not 1 <= int(value) <= 1000:
-        raise argparse.ArgumentTypeError(f"{value!r}: give a number of pairs of processes from 1 to 1000")
+    from .report.precision import MOST_PAIRS
+
+    if not value.isdigit() or not 1 <= int(value) <= MOST_PAIRS:
+        raise argparse.ArgumentTypeError(f"{value!r}: give a number of pairs of processes from 1 to {MOST_PAIRS}")
     return int(value)
 
 
@@ -132,6 +134,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="time every item in N pairs of processes, each with the protocol's budget of one pair "
                      "([timing].item_budget_s / [timing].process_pairs): more pairs narrow the CI, at that many "
                      "times the timing (docs/guide/precision.md). Recorded in the run's provenance.")
+    g.addoption("--autotune-max-pairs", dest="autotune_max_pairs", default=None, type=_pairs, metavar="N",
+                help="add pairs of processes to every item, each timed as --autotune-pairs times one, until its CI "
+                     "reaches the protocol's target ([statistics].ci_target_rel_width), at most N: items that "
+                     "scatter little stop early (docs/guide/precision.md#autotune-max-pairs). Recorded in the "
+                     "run's provenance.")
     g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "
                      "GPU with other work, or give the CPU a device memory so that memory planning can be tried "

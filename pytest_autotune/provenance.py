@@ -149,6 +149,9 @@ def builtin_keys() -> list[ProvenanceKey]:
         ProvenanceKey("pid", "run", int, "controller process id", lambda c: os.getpid()),
         ProvenanceKey("process_pairs", "run", int, "--autotune-pairs: pairs of processes per item instead of the "
                       "protocol's (absent: the protocol's)", _ctx("process_pairs"), required=False),
+        ProvenanceKey("max_pairs", "run", int, "--autotune-max-pairs: an item's pairs of processes at most, each "
+                      "item stopping once its CI reaches the target (absent: off)", _ctx("max_pairs"),
+                      required=False),
         # item scope
         ProvenanceKey("problem_sha256", "item", str, "digest of the problem file", _ctx("problem_sha256")),
         ProvenanceKey("candidate_sha256", "item", str, "digest of the candidate file", _ctx("candidate_sha256")),

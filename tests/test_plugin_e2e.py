@@ -360,13 +360,13 @@ def test_aa_item_reads_about_one(softmax_session: dict):
 
 def test_one_precision_line_and_autotune_pairs(softmax_session: dict):
     """No item reaches the 0.1% CI target: the terminal says so once, in one line naming the pairs of processes
-    that would (docs/guide/precision.md), and no item warns about its own CI; the JSON keeps each item's numbers
+    that would (``--autotune-max-pairs``; docs/guide/precision.md), and no item warns about its own CI; the JSON keeps each item's numbers
     (details.precision) and the summary's. --autotune-pairs is in the run's provenance and each row's."""
     out = softmax_session["stdout"]
     lines = [ln for ln in out.splitlines() if ln.startswith("precision: ")]
     assert len(lines) == 1, out[-3000:]
     assert lines[0].startswith("precision: 0 of 2 item(s) reached the 0.1% CI target"), lines[0]
-    assert "3 pair(s) of processes an item" in lines[0] and "--autotune-pairs=" in lines[0]
+    assert "3 pair(s) of processes an item" in lines[0] and "--autotune-max-pairs=" in lines[0]
     assert "CI target not reached" not in out and "see warnings" not in out
     summary = softmax_session["summary"]["precision"]
     assert summary["line"] == lines[0] and summary["reached"] == 0 and summary["suggested"] > 3
@@ -377,6 +377,44 @@ def test_one_precision_line_and_autotune_pairs(softmax_session: dict):
         assert p["pairs_of_processes"] == p["planned"] == 3 and len(p["pair_log_speedups"]) == 3
         assert p["ci_rel_width"] == pytest.approx((item["ci"][1] - item["ci"][0]) / item["speedup"])
     assert softmax_session["run"]["provenance"]["process_pairs"] == 3
+
+
+def test_max_pairs_stops_each_item_at_its_target(pytester: pytest.Pytester):
+    """--autotune-max-pairs=N: an item adds pairs of processes until the protocol's CI reaches the target, at most N.
+    A target every CI meets stops the item at the protocol's own two pairs, and its reason says why; a target none
+    meets runs all N. The run's provenance records N; --autotune-pairs beside it is a usage error naming the fix."""
+    write(pytester.path, "suite/relu.py", F.RELU)
+    write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
+    runs = {}
+    for name, target, cap in (("loose", "0.9", 5), ("tight", "0.0001", 3)):
+        fast(pytester, **{"timing.item_budget_s": "0.4", "timing.process_pairs": "2",
+                          "statistics.ci_target_rel_width": target})
+        res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                            f"--autotune-max-pairs={cap}", f"--autotune-json={name}.json")
+        path = pytester.path / f"{name}.json"
+        assert path.exists(), res.stdout.str()[-3000:] + res.stderr.str()[-3000:]
+        runs[name] = (report(path), res.stdout.str())
+    loose, out = runs["loose"]
+    item = by_candidate(loose)[("relu", "clamp")]
+    assert item["verdict"] == "accepted", item["reason"]
+    assert item["reason"].startswith("2 pairs of processes of 5 (its CI reached the target)"), item["reason"]
+    assert item["ci_target_met"] is True and item["details"]["precision"]["pairs_of_processes"] == 2
+    until = item["details"]["until_target"]
+    assert until["max_pairs"] == 5 and until["stopped_at_target"] is True
+    assert until["readings"][-1]["pairs"] == 2 and until["readings"][-1]["ci_rel_width"] <= 0.9
+    assert loose["run"]["provenance"]["max_pairs"] == 5 and loose["run"]["provenance"].get("process_pairs") is None
+    assert "precision: 1 of 1 item(s) reached the 90.0% CI target" in out
+    tight, out = runs["tight"]
+    item = by_candidate(tight)[("relu", "clamp")]
+    assert item["verdict"] == "accepted", item["reason"]
+    assert item["reason"].startswith("3 pairs of processes ("), item["reason"]
+    assert item["details"]["until_target"]["stopped_at_target"] is False
+    assert len(item["details"]["timing"]["calibration"]["process_pairs"]) == 3
+    assert "--autotune-max-pairs=" in out
+    res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
+                                        "--autotune-pairs=4", "--autotune-max-pairs=8")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "keep --autotune-pairs=N to run all N, or --autotune-max-pairs=N" in res.stderr.str() + res.stdout.str()
 
 
 def test_strongest_declared_baseline_is_used_and_strawman_is_shown(softmax_session: dict):

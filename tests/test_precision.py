@@ -1,7 +1,8 @@
 """The run's precision summary and its prediction (pytest_autotune/report/precision.py, docs/guide/precision.md):
 the model's width as a function of pairs of processes, the pairs it suggests, the scatter it measures from a
 run's items, and the one line the terminal shows. The end-to-end check (one line in a real session, no warning per
-item, ``--autotune-pairs`` recorded) is tests/test_plugin_e2e.py::test_one_precision_line_and_autotune_pairs."""
+item, ``--autotune-pairs`` recorded) is tests/test_plugin_e2e.py::test_one_precision_line_and_autotune_pairs; the
+stopping rule of ``--autotune-max-pairs`` is tests/test_until_target.py."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from statistics import NormalDist
 import pytest
 
 from pytest_autotune.report.precision import (
+    FIVE_SIXTHS,
+    MOST_PAIRS,
+    PROFILE,
     SPREAD,
     C,
     PrecisionModel,
-    pair_sd_from,
+    scatter_from,
     summarize_precision,
 )
 from pytest_autotune.result import ItemOutcome, Measurement
@@ -42,75 +46,113 @@ def test_the_width_is_the_stated_formula_and_falls_as_one_over_root_pairs():
     assert all(a > b for a, b in zip(widths, widths[1:]))
 
 
-def test_suggested_pairs_are_the_fewest_that_reach_the_target_with_the_margin():
+def test_pairs_for_are_the_fewest_that_reach_the_target_with_the_margin():
     m = PrecisionModel(z=Z, pair_sd=0.027, offset_sd=0.025)
     for target in (0.005, 0.03, 0.1):
-        n = m.pairs_for(target)
-        assert SPREAD * m.rel_width(n) <= target
-        assert n == 1 or SPREAD * m.rel_width(n - 1) > target
-    # the protocol's offset term alone, z * 2.5% / sqrt(n) on each side, needs n >= (2 * 1.96 * 2.5% * 1.1 / 3%)^2
+        for spread in (1.0, SPREAD):
+            n = m.pairs_for(target, spread)
+            assert spread * m.rel_width(n) <= target
+            assert n == 1 or spread * m.rel_width(n - 1) > target
+    # the protocol's offset term alone, z * 2.5% / sqrt(n) on each side, needs n >= (2 * 1.96 * 2.5% / 3%)^2
     alone = PrecisionModel(z=Z, pair_sd=0.0, offset_sd=0.025).pairs_for(0.03)
-    assert alone == math.ceil((2 * Z * 0.025 * SPREAD / 0.03) ** 2) or alone == math.ceil(
-        (2 * Z * 0.025 * SPREAD / 0.03) ** 2) + 1  # sinh rounds it up by at most one
-    # more scatter: more pairs; a wider target: fewer
+    assert alone in (math.ceil((2 * Z * 0.025 / 0.03) ** 2), math.ceil((2 * Z * 0.025 / 0.03) ** 2) + 1)
     assert PrecisionModel(z=Z, pair_sd=0.04, offset_sd=0.025).pairs_for(0.03) > m.pairs_for(0.03)
-    assert m.pairs_for(0.06) < m.pairs_for(0.03)
+    assert m.pairs_for(0.06) < m.pairs_for(0.03) <= m.pairs_for(0.03, SPREAD)
 
 
-def test_pair_scatter_from_two_pairs_an_item():
-    # |d| = 1%, 2%, 3%, 4%, 5%: median 3% -> sd = 3% / (0.6745 * sqrt(2))
-    logs = [[0.0, d] for d in (0.01, 0.02, 0.03, 0.04, 0.05)]
-    sd, n, basis = pair_sd_from(logs + [[0.1], [None, 0.2]])
-    assert n == 5 and basis == "median"
-    assert sd == pytest.approx(0.03 / (NormalDist().inv_cdf(0.75) * math.sqrt(2)))
-    assert pair_sd_from([[0.0, 0.01], [0.0, 0.02]]) == (None, 2, "median")  # too few items to say
+def test_scatter_from_two_pairs_an_item_is_the_rms_of_the_items():
+    # two pairs an item: variance d^2 / 2; the rms is the root of their mean, whatever the items' spread
+    ds = (0.01, 0.02, 0.03, 0.04, 0.05)
+    sc = scatter_from([[0.0, d] for d in ds] + [[0.1], [None, 0.2]])
+    assert sc is not None and sc.items == 5 and sc.basis == "rms" and sc.per_item is None
+    assert sc.rms == pytest.approx(math.sqrt(sum(d * d / 2 for d in ds) / 5))
+    assert sc.five_sixths() == pytest.approx(FIVE_SIXTHS * sc.rms)
+    assert scatter_from([[0.0, 0.01], [0.0, 0.02]]) is None  # too few items to say
 
 
-def test_pair_scatter_from_many_pairs_an_item_uses_them_all():
-    """With many pairs of processes an item (--autotune-pairs), each item's sd has many degrees of freedom: the
-    estimate is close to the true scatter, where two pairs an item would give it one degree of freedom each."""
+def test_the_rms_of_two_pairs_an_item_is_unbiased_where_the_median_was_not():
+    """Items that differ as the VM's do (PROFILE): the rms over two pairs an item comes out near the true rms of the
+    items' scatters, on average over runs; the old estimate (the median item's sd) read a third low on the VM."""
     import random
 
-    rng = random.Random(5)
-    items = [[rng.gauss(0.0, 0.03) for _ in range(72)] for _ in range(6)]
-    sd, n, basis = pair_sd_from(items)
-    assert n == 6 and basis == "five sixths" and sd == pytest.approx(0.03, rel=0.15)
-    # the first two pairs of the same items only: far noisier (one degree of freedom an item)
-    two, _, basis2 = pair_sd_from([i[:2] for i in items])
-    assert basis2 == "median" and two is not None and abs(two - 0.03) > abs(sd - 0.03)
+    rng = random.Random(11)
+    truth = [q * 0.065 for q in PROFILE for _ in range(2)]  # 24 items
+    true_rms = math.sqrt(sum(s * s for s in truth) / len(truth))
+    squares = []
+    for _ in range(400):
+        sc = scatter_from([[rng.gauss(0, s), rng.gauss(0, s)] for s in truth])
+        assert sc is not None
+        squares.append(sc.rms ** 2)
+    assert math.sqrt(sum(squares) / len(squares)) == pytest.approx(true_rms, rel=0.05)
 
 
-def test_with_many_pairs_an_item_the_items_that_scatter_most_decide():
-    """Items differ (on the 2-vCPU VM one pair's scatter ran from 1% to 10% over the main job's items at 72 pairs):
-    once each item's scatter is measured, the suggestion follows the item at five sixths, not the median one."""
+def test_the_profile_is_the_measured_spread_around_the_rms():
+    """PROFILE and FIVE_SIXTHS come from the two runs that measured every item's own scatter (docs/data): the
+    profile's mean square is about one (it is relative to the rms), and five sixths of it lies at FIVE_SIXTHS."""
+    assert list(PROFILE) == sorted(PROFILE)
+    assert sum(q * q for q in PROFILE) / len(PROFILE) == pytest.approx(1.0, abs=0.05)
+    assert PROFILE[math.ceil(len(PROFILE) * 5 / 6) - 1] == FIVE_SIXTHS
+
+
+def test_scatter_from_many_pairs_an_item_is_each_items_own():
     import random
 
     rng = random.Random(7)
     scatters = [0.01, 0.02, 0.02, 0.03, 0.03, 0.03, 0.04, 0.04, 0.05, 0.07, 0.08, 0.10]
     items = [[rng.gauss(0.0, s) for _ in range(72)] for s in scatters]
-    sd, _, basis = pair_sd_from(items)
-    assert basis == "five sixths" and sd == pytest.approx(0.07, rel=0.2)
-    outs = [outcome(i, 0.03, False, logs, pairs=72, stage_s=150.0, item_s=152.0) for i, logs in enumerate(items)]
+    sc = scatter_from(items)
+    assert sc is not None and sc.basis == "each item" and sc.per_item is not None
+    assert [round(s, 2) for s in sc.per_item] == pytest.approx(scatters, abs=0.02)
+    assert sc.five_sixths() == pytest.approx(0.07, rel=0.2)
+    # the first two pairs of the same items: the rms only
+    assert scatter_from([i[:2] for i in items]).basis == "rms"  # type: ignore[union-attr]
+
+
+def test_with_each_items_scatter_measured_the_cap_covers_the_item_at_five_sixths():
+    """Once each item's scatter is measured, the suggestion's cap is the pairs the item at five sixths needs, and
+    its time is each item's own: items that scatter little stop early."""
+    import random
+
+    rng = random.Random(7)
+    scatters = [0.01, 0.02, 0.02, 0.03, 0.03, 0.03, 0.04, 0.04, 0.05, 0.07, 0.08, 0.10]
+    items = [[rng.gauss(0.0, s) for _ in range(72)] for s in scatters]
+    outs = [outcome(i, 0.05, False, logs, pairs=72, stage_s=144.0, item_s=146.0) for i, logs in enumerate(items)]
     s = summarize_precision(outs, target=0.03, offset_sd=0.025, ci_level=0.95)
-    assert s is not None and s.pair_sd_basis == "five sixths" and s.suggested is not None and s.suggested > 72
-    assert "in the item at five sixths of the 12" in s.line()
+    assert s is not None and s.pair_sd_basis == "each item" and s.suggested is not None
+    sc = scatter_from(items)
+    assert sc is not None
+    model = PrecisionModel(z=Z, pair_sd=sc.five_sixths(), offset_sd=0.025)
+    assert s.suggested == model.pairs_for(0.03, SPREAD)
+    needs = [PrecisionModel(z=Z, pair_sd=x, offset_sd=0.025).pairs_for(0.03) for x in sc.per_item or ()]
+    assert s.predicted_reached == sum(1 for n in needs if n <= s.suggested) >= 10
+    # 2 s outside timing and 2 s a pair of processes, each item
+    assert s.expected_seconds == pytest.approx(sum(2.0 + 2.0 * min(n, s.suggested) for n in needs))
+    assert s.most_seconds == pytest.approx(12 * (2.0 + 2.0 * s.suggested))
+    assert s.expected_seconds < s.most_seconds
+    assert f"{s.pair_sd_five_sixths:.1%} in the item at five sixths" in s.line()
 
 
-def test_summary_of_a_run_that_missed_the_target_names_the_pairs_and_their_cost():
+def test_summary_of_a_two_pair_run_sizes_the_cap_for_the_item_at_five_sixths():
     outs = [outcome(i, 0.088 + 0.001 * i, False, [0.0, 0.02 + 0.002 * i]) for i in range(18)]
     s = summarize_precision(outs, target=0.03, offset_sd=0.025, ci_level=0.95)
     assert s is not None and s.items == 18 and s.reached == 0 and s.pairs_now == 2
     assert s.median_width == pytest.approx(0.0965)
-    model = PrecisionModel(z=Z, pair_sd=s.pair_sd or 0.0, offset_sd=0.025)
-    assert s.suggested == model.pairs_for(0.03) and s.suggested > 2
-    # time: 2 s outside timing, plus 2 s a pair of processes (4 s for two), each item
-    assert s.item_seconds == pytest.approx(2.0 + 2.0 * s.suggested)
-    assert s.total_seconds == pytest.approx(18 * (2.0 + 2.0 * s.suggested))
+    rms = math.sqrt(sum((0.02 + 0.002 * i) ** 2 / 2 for i in range(18)) / 18)
+    assert s.pair_sd == pytest.approx(rms) and s.pair_sd_basis == "rms"
+    assert s.suggested == PrecisionModel(z=Z, pair_sd=FIVE_SIXTHS * rms, offset_sd=0.025).pairs_for(0.03, SPREAD)
+    # the profile's items that need no more than the cap, as a share of these 18
+    needs = [PrecisionModel(z=Z, pair_sd=q * rms, offset_sd=0.025).pairs_for(0.03) for q in PROFILE]
+    assert s.predicted_reached == round(18 * sum(1 for n in needs if n <= s.suggested) / len(PROFILE))
+    assert s.predicted_reached >= 15
+    # time: 2 s outside timing, 2 s a pair of processes (4 s for two); about: the profile's stops, at most: the cap
+    mean_pairs = sum(min(n, s.suggested) for n in needs) / len(needs)
+    assert s.expected_seconds == pytest.approx(18 * (2.0 + 2.0 * mean_pairs))
+    assert s.most_seconds == pytest.approx(18 * (2.0 + 2.0 * s.suggested))
     line = s.line()
     assert "\n" not in line
     assert line.startswith("precision: 0 of 18 item(s) reached the 3.0% CI target (median CI 9.7% wide")
-    assert f"--autotune-pairs={s.suggested} would reach 3.0%" in line
-    assert "[devices.cpu].process_offset_sd" in line and "docs/guide/precision.md" in line
+    assert f"--autotune-max-pairs={s.suggested} would reach 3.0% on about {s.predicted_reached} of 18" in line
+    assert "at most" in line and "[devices.cpu].process_offset_sd" in line and "docs/guide/precision.md" in line
 
 
 def test_summary_when_every_item_reached_the_target_suggests_nothing():
@@ -125,7 +167,8 @@ def test_summary_without_a_measured_scatter_uses_the_protocol_term_and_says_so()
     outs = [outcome(0, 0.09, False, [0.0]), outcome(1, 0.08, False, [0.0], pairs=1)]
     s = summarize_precision(outs, target=0.03, offset_sd=0.025, ci_level=0.95)
     assert s is not None and s.pair_sd is None
-    assert s.suggested == max(PrecisionModel(z=Z, pair_sd=0.0, offset_sd=0.025).pairs_for(0.03), s.pairs_now + 1)
+    assert s.suggested == max(PrecisionModel(z=Z, pair_sd=0.0, offset_sd=0.025).pairs_for(0.03, SPREAD),
+                              s.pairs_now + 1)
     assert "too few items with two pairs of processes" in s.line()
 
 
@@ -133,3 +176,10 @@ def test_summary_ignores_untimed_and_refused_items():
     refused = ItemOutcome(nodeid="x.py::y[cpu]", kind="kernel", problem="x", candidate="y", device="cpu",
                           verdict="rejected", gate="correctness", reason="wrong")
     assert summarize_precision([refused], target=0.03, offset_sd=0.0, ci_level=0.95) is None
+
+
+def test_a_target_no_number_of_pairs_reaches_suggests_the_most_the_option_takes_and_says_none_reach():
+    outs = [outcome(i, 0.09, False, [0.0, 0.03 + 0.001 * i]) for i in range(6)]
+    s = summarize_precision(outs, target=0.0001, offset_sd=0.025, ci_level=0.95)
+    assert s is not None and s.suggested == MOST_PAIRS and s.predicted_reached == 0
+    assert f"--autotune-max-pairs={MOST_PAIRS} would reach 0.0% on about 0 of 6" in s.line()

@@ -356,9 +356,19 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
     return ev
 
 
-def pool_process_pairs(runs: list[TimingEvidence], planned: int, proto: Protocol, device: str) -> TimingEvidence:
+def pairs_stop_reason(runs: list[TimingEvidence], planned: int,
+                      ended: str = "the item budget was spent before the next one started") -> str:
+    """Why an item has the pairs of processes it has: ``ended`` says why the next one did not start, where fewer
+    than ``planned`` ran."""
+    return (f"{len(runs)} pairs of processes" + ("" if len(runs) == planned else f" of {planned} ({ended})")
+            + f" ({'; '.join(ev.stop_reason for ev in runs)})")
+
+
+def pool_process_pairs(runs: list[TimingEvidence], planned: int, proto: Protocol, device: str,
+                       ended: str = "the item budget was spent before the next one started") -> TimingEvidence:
     """The measurement of several pairs of processes, pooled by ``[statistics].pooling``, the CI resampling pairs
-    of processes (measure/stats.py ``clustered_estimate``). ``planned``: how many the protocol allowed."""
+    of processes (measure/stats.py ``clustered_estimate``). ``planned``: how many were allowed; ``ended``: why the
+    next one did not start, where fewer ran."""
     st = proto.statistics
     plan = proto.timing_plan(device)
     est = clustered_estimate([ev.pairs() for ev in runs], level=st.ci_level, resamples=st.bootstrap_resamples,
@@ -372,9 +382,7 @@ def pool_process_pairs(runs: list[TimingEvidence], planned: int, proto: Protocol
     return dataclasses.replace(
         last, rounds=[r for ev in runs for r in ev.rounds], estimate=est,
         ci_target_met=est.rel_width <= plan.ci_target_rel_width,
-        stop_reason=(f"{len(runs)} pairs of processes" + ("" if len(runs) == planned else
-                     f" of {planned} (the item budget was spent before the next one started)")
-                     + f" ({'; '.join(ev.stop_reason for ev in runs)})"),
+        stop_reason=pairs_stop_reason(runs, planned, ended),
         elapsed_s=sum(ev.elapsed_s for ev in runs), timed_s=sum(ev.timed_s for ev in runs),
         overhead=pooled_overhead(runs),
         calibration={**last.calibration, "process_pairs": per_pair})
@@ -389,5 +397,5 @@ def _estimate(ev: TimingEvidence, proto: Protocol, stats_seed: int) -> PairedEst
         raise TimingRefused(str(e)) from None
 
 
-__all__ = ["run_paired_timing", "pool_process_pairs", "pooled_overhead", "TimingEvidence", "RoundRecord", "SampleRecord", "TimingRefused",
+__all__ = ["run_paired_timing", "pool_process_pairs", "pairs_stop_reason", "pooled_overhead", "TimingEvidence", "RoundRecord", "SampleRecord", "TimingRefused",
            "ARM_ROLES", "choose_calls_per_sample", "decide_timing_mode", "memory_cap"]

@@ -1,30 +1,32 @@
-"""The run's precision in one line: how many items reached the protocol's CI target, how wide the CIs were, and how
-many pairs of processes (``--autotune-pairs``) would reach it, at what cost in time (docs/guide/precision.md).
+"""The run's precision in one line: how many items reached the protocol's CI target, how wide the CIs were, and what
+would reach it (``--autotune-max-pairs``), at what cost in time (docs/guide/precision.md).
 
 The model (a CI's width as a function of the pairs of processes ``n``; log scale, ``z`` from ``[statistics].ci_level``):
 
-    half-width(n) = z * sqrt((C * pair_sd)**2 + offset_sd**2) / sqrt(n)
+    half-width(n) = z * sqrt((C * s)**2 + offset_sd**2) / sqrt(n)
 
-* ``pair_sd``: how far one pair of processes' speedup scatters around the item's, measured from the run itself:
-  per item, the standard deviation of its pairs' log speedups, divided by the median of that estimate's sampling
-  distribution for its degrees of freedom (sqrt(median(chi2_df) / df): 0.6745 for two pairs, whose sd is
-  |log s1 - log s2| / sqrt(2)); then the median over items. It holds the per-process offset and the pair's own
-  sampling noise together.
-  With every item timed in MANY_PAIRS pairs of processes or more (a run with ``--autotune-pairs``), each item's
-  own scatter is measured, and the items differ (on the 2-vCPU VM from 1% to 10%): ``pair_sd`` is then the item's
-  at five sixths of the run, so that the suggestion covers the items that scatter most, not only the median one.
+* ``s``: how far one pair of processes' speedup scatters around its item's (an sd, log scale). It holds the
+  per-process offset and the pair's own sampling noise together, and items differ: on the 2-vCPU VM it ran from 1.7%
+  to 10.6% over the main job's items (64 pairs each, protocol 9), and from 1.0% to 10.1% (72 pairs, protocol 8).
+  A run whose items all ran MANY_PAIRS pairs or more measures each item's own ``s``. A run of two pairs an item
+  cannot tell its items apart (one degree of freedom each): it measures the rms of the items' scatters (the mean of
+  their pairs' variances, unbiased whatever the items' spread) and takes the items' spread around that rms from the
+  two runs that measured every item's own: PROFILE, the scatters over their rms at the twelfths of those 38 items,
+  and FIVE_SIXTHS, the item at five sixths (1.45 times the rms in both runs).
 * ``offset_sd``: what the protocol adds to every pooled CI for the offset a few pairs cannot estimate
   (``[devices.cpu].process_offset_sd``; ``measure/stats.py`` ``with_process_offsets``): z * offset_sd / sqrt(n) in
   quadrature.
 * ``C`` = 1.4: the CI's bootstrap (pairs of processes resampled, then ratios within each) of a median of pairs'
   medians, against a normal mean's z * sd / sqrt(n): 1.2533 for a median, more for the resampling within pairs.
-  ``python3 benchmarks/harness/precision_model.py`` simulates the protocol's own estimator and prints it (1.2-1.4
-  at 12-40 pairs).
+  ``python3 benchmarks/harness/precision_model.py`` simulates the protocol's own estimator and prints it (1.2-1.5
+  at 12-40 pairs); the 64-pair run read 1.2 on its items that scatter most and up to 1.6 on those that scatter least.
 
-The suggestion is the fewest pairs whose predicted width, times ``SPREAD`` = 1.1 (at 12-40 pairs the width of the
-item at five sixths of a run is ~1.1 times the median item's, same script), is at most the target: the target on
-about five items of six. Its time: each item's time outside timing, plus ``n`` times its timing stage's seconds a
-pair of processes (sandbox starts included), from this run.
+The suggestion is ``--autotune-max-pairs=N`` (measure/until_target.py): every item adds pairs of processes until its
+CI reaches the target, at most N. N is the fewest pairs at which the item at five sixths reaches the target with
+the model's width times SPREAD = 1.1 (the margin for where an item's own readings stop around the model's), so
+about five items of six reach it. Its time: each item's time outside timing, plus its pairs times its timing stage's
+seconds a pair of processes (sandbox starts included), from this run; "about" with each item stopping where the model
+says (on a two-pair run, the items' spread taken from PROFILE), "at most" with every item at N.
 """
 
 from __future__ import annotations
@@ -41,12 +43,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the bootstrap's width for a median of pairs' medians over a normal mean's (benchmarks/harness/precision_model.py)
 C = 1.4
-#: the width of the item at five sixths of a run over the median item's, at 12-40 pairs (same script)
+#: the width an item reads where it stops, over the model's, that the suggestion's cap leaves room for
 SPREAD = 1.1
-#: fewest items with two pairs of processes behind a measured pair_sd
+#: the scatter of the item at five sixths over the rms of the items' scatters, in both runs that measured every item's
+#: own on the 2-vCPU VM (docs/data/cpu-protocol9-vm-2026-12-05/pairs-64.json, 20 items at 64 pairs: 1.45;
+#: docs/data/cpu-precision-vm-2026-12-05/pairs-72-part*.json, 18 items at 72 pairs: 1.45)
+FIVE_SIXTHS = 1.45
+#: the items' scatters over their rms at the twelfths of the same 38 items: how a run that cannot tell its items
+#: apart predicts the time of items that each stop where they reach the target
+PROFILE = (0.26, 0.41, 0.47, 0.55, 0.59, 0.73, 0.80, 0.84, 1.01, 1.45, 1.56, 1.76)
+#: fewest items with two pairs of processes behind a measured scatter
 MIN_ITEMS = 3
-#: pairs of processes an item from which its own scatter counts as measured (pair_sd: the items' at five sixths)
+#: pairs of processes an item from which its own scatter counts as measured
 MANY_PAIRS = 6
+#: the most pairs of processes --autotune-pairs and --autotune-max-pairs take (plugin.py)
+MOST_PAIRS = 1000
 
 
 @dataclass(frozen=True)
@@ -63,39 +74,51 @@ class PrecisionModel:
         """Predicted (hi - lo) / speedup, the protocol's ``ci_target_rel_width`` measure."""
         return 2.0 * math.sinh(self.half_width(pairs))
 
-    def pairs_for(self, target: float, limit: int = 100_000) -> int:
-        """The fewest pairs of processes whose predicted width times SPREAD is at most ``target``."""
+    def pairs_for(self, target: float, spread: float = 1.0, limit: int = 100_000) -> int:
+        """The fewest pairs of processes whose predicted width times ``spread`` is at most ``target`` (``limit``
+        where none up to it is)."""
         if target <= 0:
             raise ValueError("the target width must be positive")
         n = 1
-        while SPREAD * self.rel_width(n) > target and n < limit:
+        while spread * self.rel_width(n) > target and n < limit:
             n += 1
         return n
 
 
-def _median_sd_ratio(df: int) -> float:
-    """The median of a sample sd over the true sd, with ``df`` degrees of freedom: sqrt(median(chi2_df) / df)
-    (exact for df = 1, Wilson-Hilferty's approximation of the chi-square median above it)."""
-    if df == 1:
-        return NormalDist().inv_cdf(0.75)
-    return math.sqrt((1.0 - 2.0 / (9.0 * df)) ** 3)
+@dataclass(frozen=True)
+class Scatter:
+    """One pair of processes' scatter as a run measured it: ``rms`` over the items (the root of the mean of their
+    pairs' variances), and each item's own sd where every item ran MANY_PAIRS pairs or more (``per_item``)."""
+
+    rms: float
+    items: int
+    per_item: Optional[tuple[float, ...]] = None
+
+    @property
+    def basis(self) -> str:
+        return "each item" if self.per_item is not None else "rms"
+
+    def five_sixths(self) -> float:
+        """The scatter of the item at five sixths: measured where each item's is, else FIVE_SIXTHS times the rms."""
+        if self.per_item is not None:
+            ordered = sorted(self.per_item)
+            return ordered[math.ceil(len(ordered) * 5 / 6) - 1]
+        return FIVE_SIXTHS * self.rms
 
 
-def pair_sd_from(log_pairs: Sequence[Sequence[Optional[float]]]) -> tuple[Optional[float], int, str]:
-    """``pair_sd`` from the items' pairs' log speedups: (sd, items used, "median" or "five sixths"); sd None when
-    fewer than MIN_ITEMS items had two pairs or more."""
-    per_item, least = [], None
+def scatter_from(log_pairs: Sequence[Sequence[Optional[float]]]) -> Optional[Scatter]:
+    """The scatter of the items' pairs' log speedups (None with fewer than MIN_ITEMS items of two pairs or more)."""
+    variances, least = [], None
     for pairs in log_pairs:
         values = [v for v in pairs if v is not None]
         if len(values) >= 2:
-            per_item.append(statistics.stdev(values) / _median_sd_ratio(len(values) - 1))
+            variances.append(statistics.variance(values))
             least = len(values) if least is None else min(least, len(values))
-    if len(per_item) < MIN_ITEMS:
-        return None, len(per_item), "median"
-    if least is not None and least >= MANY_PAIRS:
-        ordered = sorted(per_item)
-        return ordered[math.ceil(len(ordered) * 5 / 6) - 1], len(per_item), "five sixths"
-    return statistics.median(per_item), len(per_item), "median"
+    if len(variances) < MIN_ITEMS:
+        return None
+    rms = math.sqrt(statistics.fmean(variances))
+    per_item = tuple(math.sqrt(v) for v in variances) if least is not None and least >= MANY_PAIRS else None
+    return Scatter(rms=rms, items=len(variances), per_item=per_item)
 
 
 @dataclass(frozen=True)
@@ -105,35 +128,43 @@ class PrecisionSummary:
     target: float
     median_width: float
     pairs_now: int
-    pair_sd: Optional[float]  # None: too few items to measure it; the model then uses offset_sd alone
+    pair_sd: Optional[float]  # the rms of the items' scatters; None: too few items to measure it
+    pair_sd_five_sixths: Optional[float]  # the scatter the suggestion is sized for
     sd_items: int
-    pair_sd_basis: str  # "median": the median item's scatter; "five sixths": the item's at five sixths
+    pair_sd_basis: str  # "rms": the items' spread from PROFILE; "each item": every item's own, measured
     offset_sd: float
     offset_key: str
-    suggested: Optional[int]  # None when every item reached the target
-    item_seconds: Optional[float]  # median predicted seconds an item with ``suggested`` pairs
-    total_seconds: Optional[float]
+    suggested: Optional[int]  # --autotune-max-pairs; None when every item reached the target
+    predicted_reached: Optional[int]  # items the model says reach the target within ``suggested``
+    expected_seconds: Optional[float]  # the run with ``suggested``, each item stopping where the model says
+    most_seconds: Optional[float]  # ... with every item at ``suggested`` pairs
 
     def line(self) -> str:
         head = (f"precision: {self.reached} of {self.items} item(s) reached the {self.target:.1%} CI target "
                 f"(median CI {self.median_width:.1%} wide, {self.pairs_now} pair(s) of processes an item)")
         if self.suggested is None:
             return head
-        if self.pair_sd is not None and self.pair_sd_basis == "five sixths":
-            spread = (f"one pair of processes' speedup scatters by {self.pair_sd:.1%} here in the item at five "
-                      f"sixths of the {self.sd_items} (sd over its pairs)")
+        if self.pair_sd is not None and self.pair_sd_basis == "each item":
+            spread = (f"one pair of processes' speedup scatters by {self.pair_sd:.1%} here (rms over the "
+                      f"{self.sd_items} items' pairs), {self.pair_sd_five_sixths:.1%} in the item at five sixths")
         elif self.pair_sd is not None:
-            spread = (f"one pair of processes' speedup scatters by {self.pair_sd:.1%} here (sd over the "
-                      f"{self.sd_items} items' pairs)")
+            spread = (f"one pair of processes' speedup scatters by {self.pair_sd:.1%} here (rms over the "
+                      f"{self.sd_items} items' pairs; where each item's was measured, the item at five sixths "
+                      f"scattered {FIVE_SIXTHS:g}x the rms)")
         else:
             spread = f"too few items with two pairs of processes to measure this machine's scatter ({self.sd_items})"
-        offset = f" and the protocol adds {self.offset_sd:.1%} ({self.offset_key})" if self.offset_sd > 0 else ""
+        offset = f"; the protocol adds {self.offset_sd:.1%} ({self.offset_key})" if self.offset_sd > 0 else ""
         cost = ""
-        if self.item_seconds is not None and self.total_seconds is not None:
-            cost = (f" in about {self.item_seconds:.0f} s an item ({self.total_seconds / 60:.0f} min for these "
-                    f"{self.items})")
-        return (f"{head}; {spread}{offset}: --autotune-pairs={self.suggested} would reach {self.target:.1%} on "
-                f"about 5 items of 6{cost} (model: docs/guide/precision.md)")
+        if self.expected_seconds is not None and self.most_seconds is not None:
+            cost = (f" in about {_minutes(self.expected_seconds)} for these {self.items} (at most "
+                    f"{_minutes(self.most_seconds)})")
+        return (f"{head}; {spread}{offset}: --autotune-max-pairs={self.suggested} would reach {self.target:.1%} on "
+                f"about {self.predicted_reached} of {self.items}, each item stopping at the target{cost} "
+                f"(model: docs/guide/precision.md)")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def summarize_precision(outcomes: Sequence["ItemOutcome"], *, target: float, offset_sd: float, ci_level: float,
@@ -148,17 +179,31 @@ def summarize_precision(outcomes: Sequence["ItemOutcome"], *, target: float, off
     widths = [float(p["ci_rel_width"]) for p in prec]
     reached = sum(1 for o in timed if o.measurement is not None and o.measurement.ci_target_met)
     pairs_now = int(statistics.median(int(p.get("pairs_of_processes") or 1) for p in prec))
-    pair_sd, sd_items, basis = pair_sd_from([p.get("pair_log_speedups") or [] for p in prec])
+    scatter = scatter_from([p.get("pair_log_speedups") or [] for p in prec])
     base = dict(items=len(timed), reached=reached, target=target, median_width=statistics.median(widths),
-                pairs_now=pairs_now, pair_sd=pair_sd, sd_items=sd_items, pair_sd_basis=basis, offset_sd=offset_sd,
-                offset_key=offset_key)
+                pairs_now=pairs_now, pair_sd=scatter.rms if scatter else None,
+                pair_sd_five_sixths=scatter.five_sixths() if scatter else None,
+                sd_items=scatter.items if scatter else sum(1 for p in prec if len(p.get("pair_log_speedups") or []) > 1),
+                pair_sd_basis=scatter.basis if scatter else "rms", offset_sd=offset_sd, offset_key=offset_key)
     if reached == len(timed):
-        return PrecisionSummary(**base, suggested=None, item_seconds=None, total_seconds=None)  # type: ignore[arg-type]
+        return PrecisionSummary(**base, suggested=None, predicted_reached=None,  # type: ignore[arg-type]
+                                expected_seconds=None, most_seconds=None)
     z = NormalDist().inv_cdf(0.5 + ci_level / 2.0)
-    model = PrecisionModel(z=z, pair_sd=pair_sd if pair_sd is not None else 0.0, offset_sd=offset_sd)
-    n = max(model.pairs_for(target), pairs_now + 1)
-    item_s, total_s = _cost(timed, n)
-    return PrecisionSummary(**base, suggested=n, item_seconds=item_s, total_seconds=total_s)  # type: ignore[arg-type]
+
+    def needs(s: float, spread: float = 1.0) -> int:
+        return PrecisionModel(z=z, pair_sd=s, offset_sd=offset_sd).pairs_for(target, spread)
+
+    # the scatters the items' stops follow: each item's own where measured, else PROFILE around the rms
+    rms = scatter.rms if scatter else 0.0
+    if scatter is not None and scatter.per_item is not None:
+        item_needs = [needs(s) for s in scatter.per_item]
+    else:
+        item_needs = [needs(q * rms) for q in PROFILE]
+    cap = min(max(needs(scatter.five_sixths() if scatter else 0.0, SPREAD), pairs_now + 1), MOST_PAIRS)
+    predicted = round(len(timed) * sum(1 for n in item_needs if n <= cap) / len(item_needs))
+    expected, most = _cost(timed, [min(cap, n) for n in item_needs], cap)
+    return PrecisionSummary(**base, suggested=cap, predicted_reached=predicted,  # type: ignore[arg-type]
+                            expected_seconds=expected, most_seconds=most)
 
 
 def session_precision(snap: "SessionSnapshot") -> Optional[PrecisionSummary]:
@@ -171,19 +216,26 @@ def session_precision(snap: "SessionSnapshot") -> Optional[PrecisionSummary]:
                                offset_key=f"[devices.{snap.device}].process_offset_sd")
 
 
-def _cost(timed: Sequence["ItemOutcome"], pairs: int) -> tuple[Optional[float], Optional[float]]:
-    """Predicted seconds of each item with ``pairs`` pairs of processes: its time outside timing as it was, and its
-    timing stage's seconds a pair of processes times ``pairs``. (median item, sum) or (None, None)."""
-    predicted = []
+def _cost(timed: Sequence["ItemOutcome"], pairs: Sequence[int], cap: int) -> tuple[Optional[float], Optional[float]]:
+    """Predicted seconds of the run: (about, at most). Each item costs its time outside timing as it was, plus
+    pairs of processes at its timing stage's seconds a pair. "About": the items' pairs are ``pairs`` (one per item
+    where each item's need was measured, in the items' order; else the profile's, averaged over the items);
+    "at most": every item at ``cap``. (None, None) where an item lacks its timings."""
+    outside, per_pair = [], []
     for o in timed:
         p = o.details["precision"]
         stage, item = p.get("timing_stage_s"), o.details.get("item_seconds")
         done = int(p.get("pairs_of_processes") or 1)
         if not isinstance(stage, (int, float)) or not isinstance(item, (int, float)) or done < 1:
             return None, None
-        predicted.append(max(0.0, item - stage) + pairs * stage / done)
-    return statistics.median(predicted), sum(predicted)
+        outside.append(max(0.0, item - stage))
+        per_pair.append(stage / done)
+    if len(pairs) == len(timed):
+        about = sum(o + n * s for o, n, s in zip(outside, pairs, per_pair))
+    else:
+        about = sum(outside) + statistics.fmean(per_pair) * len(timed) * statistics.fmean(pairs)
+    return about, sum(o + cap * s for o, s in zip(outside, per_pair))
 
 
-__all__ = ["C", "SPREAD", "MANY_PAIRS", "PrecisionModel", "PrecisionSummary", "pair_sd_from", "summarize_precision",
-           "session_precision"]
+__all__ = ["C", "SPREAD", "FIVE_SIXTHS", "PROFILE", "MANY_PAIRS", "MOST_PAIRS", "PrecisionModel", "PrecisionSummary", "Scatter",
+           "scatter_from", "summarize_precision", "session_precision"]

@@ -14,8 +14,9 @@ width, never at where the speedup lies, so it cannot stop an item because its sp
 protocol's CI costs seconds once an item has a hundred pairs (a bootstrap of 2000 resamples of pairs of processes
 and the ratios within each: 3.3 s at 100 pairs of 46 ratios on the VM), more than a pair of processes itself, so
 it is computed only where it can pass: when a normal-theory width of the pairs' medians, which the bootstrap's is
-never much below (``OPTIMISTIC_C``), is at most the target, and not again before the pairs that its last reading
-says the target needs (width falls as 1/sqrt(pairs)).
+never much below (``OPTIMISTIC_C``), is at most the target; after a reading above the target, not again before the
+pairs that reading says the target needs (width falls as 1/sqrt(pairs)), and then only once the cheap width, scaled
+by what the bootstrap read over it last time, is at most the target.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class UntilTarget:
     #: no stop before this many pairs: the protocol's own (``[timing].process_pairs``)
     min_pairs: int
     next_full_at: int = 0
+    #: the protocol's CI width over the cheap one at the last reading (1: no reading yet)
+    full_over_cheap: float = 1.0
     #: (pairs, width) of every reading of the protocol's CI, for the item's details
     readings: list[tuple[int, float]] = field(default_factory=list)
 
@@ -68,12 +71,14 @@ class UntilTarget:
             return False
         known = [v for v in logs if v is not None]
         cheap = self.cheap_width(known)
-        if cheap is not None and cheap > self.target:
+        if cheap is not None and max(1.0, self.full_over_cheap) * cheap > self.target:
             return False
         width = full_width()
         self.readings.append((n, width))
         if width <= self.target:
             return True
+        if cheap:
+            self.full_over_cheap = width / cheap
         self.next_full_at = max(n + 1, math.floor(RECHECK_SHARE * n * (width / self.target) ** 2))
         return False
 

@@ -137,7 +137,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--autotune-max-pairs", dest="autotune_max_pairs", default=None, type=_pairs, metavar="N",
                 help="add pairs of processes to every item, each timed as --autotune-pairs times one, until its CI "
                      "reaches the protocol's target ([statistics].ci_target_rel_width), at most N: items that "
-                     "scatter little stop early (docs/guide/precision.md#autotune-max-pairs). Recorded in the "
+                     "scatter little stop early (docs/guide/precision.md#until-the-target-autotune-max-pairsn). Recorded in the "
                      "run's provenance.")
     g.addoption("--autotune-device-memory", dest="autotune_device_memory", default=None, type=_size, metavar="SIZE",
                 help="plan every item's device memory with at most SIZE (e.g. 40GiB), whatever else is free: share a "

@@ -1,5 +1,5 @@
 """``--autotune-max-pairs=N``: an item adds pairs of processes until its pooled CI reaches the protocol's target, at
-most N (docs/guide/precision.md#autotune-max-pairs).
+most N (docs/guide/precision.md#until-the-target-autotune-max-pairsn).
 
 Items differ in how far one pair of processes' speedup scatters (on the 2-vCPU VM from 1.7% to 10.6% over the main
 job's items, 64 pairs each: docs/results/cpu.md): a fixed number of pairs an item is too many for most items and too

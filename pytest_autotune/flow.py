@@ -47,10 +47,9 @@ from .measure.schedule import (
     pool_process_pairs,
     run_paired_timing,
 )
-from .measure.until_target import UntilTarget
+from .measure.until_target import rule_for
 from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, SourceFile
-from .protocol import TimingPlan
 from .result import ItemOutcome, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure
 from .seeds import SeedSource
@@ -327,7 +326,7 @@ class KernelFlow(BaselineStage, BuildStage):
         item.golden.clear()
         item.derive_spread = choice.spread
         ctx.details["input_sets"] = choice.details()
-        until = self._until_target(plan)
+        until = rule_for(env.protocol, env.device_spec.name, plan) if env.pairs_until_target else None
         ended = "the item budget was spent before the next one started"
         pooled: dict[int, TimingEvidence] = {}  # pairs of processes -> their pooled evidence, made once
 
@@ -405,16 +404,6 @@ class KernelFlow(BaselineStage, BuildStage):
 
     def _pooled(self, runs: list[TimingEvidence], planned: int, ended: str) -> TimingEvidence:
         return pool_process_pairs(runs, planned, self.env.protocol, self.env.device_spec.name, ended=ended)
-
-    def _until_target(self, plan: TimingPlan) -> Optional[UntilTarget]:
-        """The stopping rule of ``--autotune-max-pairs`` (None without it): no stop before the protocol's own pairs
-        of processes."""
-        env = self.env
-        if not env.pairs_until_target:
-            return None
-        own = env.protocol.timing_plan(env.device_spec.name)
-        return UntilTarget(target=plan.ci_target_rel_width, offset_sd=plan.process_offset_sd,
-                           ci_level=env.protocol.statistics.ci_level, min_pairs=min(own.process_pairs, plan.process_pairs))
 
     def _refused(self, item: ItemRun, refused: GateOutcome) -> FlowVerdict:
         ctx = item.ctx

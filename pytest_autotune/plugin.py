@@ -22,6 +22,7 @@ from .keys import SESSION_KEY, VERDICT_KEY, WORKER_INPUT_KEY, WORKER_OUTPUT_KEY
 from .problems.discovery import BUNDLED_ROOT, candidates_for, is_problem_file
 from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, ProblemRef, SourceFile
+from .report.precision import MOST_PAIRS
 from .session import AutotuneSession
 
 
@@ -77,8 +78,6 @@ def _k_override(value: str) -> str:
 
 def _pairs(value: str) -> int:
     import argparse
-
-    from .report.precision import MOST_PAIRS
 
     if not value.isdigit() or not 1 <= int(value) <= MOST_PAIRS:
         raise argparse.ArgumentTypeError(f"{value!r}: give a number of pairs of processes from 1 to {MOST_PAIRS}")

@@ -25,7 +25,10 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..protocol import Protocol, TimingPlan
 
 #: the cheap width's factor on the pairs' sd: a normal mean's. The protocol's bootstrap of a median of pairs'
 #: medians reads 1.2-1.6 times that (report/precision.py C; benchmarks/harness/precision_model.py), so a cheap
@@ -83,4 +86,12 @@ class UntilTarget:
         return False
 
 
-__all__ = ["UntilTarget", "OPTIMISTIC_C", "RECHECK_SHARE"]
+def rule_for(protocol: "Protocol", device: str, plan: "TimingPlan") -> UntilTarget:
+    """The rule of one item under ``--autotune-max-pairs`` with ``plan`` (its N pairs of processes): no stop before
+    the protocol's own pairs of processes on ``device``."""
+    own = protocol.timing_plan(device)
+    return UntilTarget(target=plan.ci_target_rel_width, offset_sd=plan.process_offset_sd,
+                       ci_level=protocol.statistics.ci_level, min_pairs=min(own.process_pairs, plan.process_pairs))
+
+
+__all__ = ["UntilTarget", "rule_for", "OPTIMISTIC_C", "RECHECK_SHARE"]

@@ -41,6 +41,8 @@ from .jsonable import jsonable
 from .measure.input_sets import choose_input_sets
 from .measure.memory import UNBUDGETED, MemoryPlan
 from .measure.schedule import (
+    BUDGET_SPENT,
+    TARGET_REACHED,
     TimingEvidence,
     TimingRefused,
     pairs_stop_reason,
@@ -327,7 +329,7 @@ class KernelFlow(BaselineStage, BuildStage):
         item.derive_spread = choice.spread
         ctx.details["input_sets"] = choice.details()
         until = rule_for(env.protocol, env.device_spec.name, plan) if env.pairs_until_target else None
-        ended = "the item budget was spent before the next one started"
+        ended = BUDGET_SPENT
         pooled: dict[int, TimingEvidence] = {}  # pairs of processes -> their pooled evidence, made once
 
         def pool(count: int) -> TimingEvidence:
@@ -346,7 +348,7 @@ class KernelFlow(BaselineStage, BuildStage):
             if until is not None and until.reached(
                     [math.log(ev.estimate.speedup) if ev.estimate and ev.estimate.speedup > 0 else None
                      for ev in runs], lambda: pool(len(runs)).estimate.rel_width):  # type: ignore[union-attr]
-                ended = "its CI reached the target"
+                ended = TARGET_REACHED
                 break
             refused = self._timed_pair(item, box if j == 0 else None, j, n, runs)
             if refused is not None:
@@ -355,7 +357,7 @@ class KernelFlow(BaselineStage, BuildStage):
         if n > 1 and len(runs) < n:  # pooled before it was known why the next pair of processes would not start
             ev = dataclasses.replace(ev, stop_reason=pairs_stop_reason(runs, n, ended))
         if until is not None:
-            ctx.details["until_target"] = {"max_pairs": n, "stopped_at_target": ended == "its CI reached the target",
+            ctx.details["until_target"] = {"max_pairs": n, "stopped_at_target": ended == TARGET_REACHED,
                                            "readings": [{"pairs": p, "ci_rel_width": w} for p, w in until.readings]}
         ctx.timing = ev
         ctx.details["timing_stage_s"] = time.perf_counter() - t0

@@ -356,8 +356,12 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
     return ev
 
 
-def pairs_stop_reason(runs: list[TimingEvidence], planned: int,
-                      ended: str = "the item budget was spent before the next one started") -> str:
+#: why an item's next pair of processes did not start (pairs_stop_reason)
+BUDGET_SPENT = "the item budget was spent before the next one started"
+TARGET_REACHED = "its CI reached the target"
+
+
+def pairs_stop_reason(runs: list[TimingEvidence], planned: int, ended: str = BUDGET_SPENT) -> str:
     """Why an item has the pairs of processes it has: ``ended`` says why the next one did not start, where fewer
     than ``planned`` ran."""
     return (f"{len(runs)} pairs of processes" + ("" if len(runs) == planned else f" of {planned} ({ended})")
@@ -365,7 +369,7 @@ def pairs_stop_reason(runs: list[TimingEvidence], planned: int,
 
 
 def pool_process_pairs(runs: list[TimingEvidence], planned: int, proto: Protocol, device: str,
-                       ended: str = "the item budget was spent before the next one started") -> TimingEvidence:
+                       ended: str = BUDGET_SPENT) -> TimingEvidence:
     """The measurement of several pairs of processes, pooled by ``[statistics].pooling``, the CI resampling pairs
     of processes (measure/stats.py ``clustered_estimate``). ``planned``: how many were allowed; ``ended``: why the
     next one did not start, where fewer ran."""

@@ -405,3 +405,25 @@ def test_calls_per_sample_are_capped_by_free_device_memory():
     liar = {"A": {"memory": {"set_bytes": set_bytes, "free_bytes": 10 * gib}},
             "B": {"memory": {"set_bytes": 1 << 40, "free_bytes": 10 * gib}}}
     assert memory_cap(liar) == 112
+
+
+def test_a_wrong_answer_that_does_not_come_back_on_replay_is_still_refused():
+    """Hypothesis replays a failing example before it reports it. A candidate whose answer changes between calls
+    (uninitialised memory) passes the replay; the probe must refuse with the mismatch, not raise Hypothesis's
+    flaky-test error past the gate."""
+    from pytest_autotune.gates.probes import ProbeMismatch, explicit_recipes, run_probe
+
+    sig = [{"tensor": True, "shape": [4, 8], "dtype": "float32", "floating": True}]
+    probe_seed = 1234
+    n_explicit = len(explicit_recipes(sig, probe_seed % (2**40)))
+    calls = []
+
+    def check_one(recipe: dict) -> None:
+        calls.append(recipe)
+        if len(calls) == n_explicit + 1:  # the first drawn example fails once, then never again
+            raise ProbeMismatch("output: 32 of 32 elements outside tolerance", recipe)
+
+    with pytest.raises(ProbeMismatch, match="outside tolerance") as raised:
+        run_probe(check_one, sig, {}, 5, probe_seed, deadline_s=60.0)
+    assert raised.value.recipe is calls[n_explicit]
+    assert len(calls) > n_explicit + 1, "the failing example was never replayed: the test no longer exercises it"

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
-from hypothesis.errors import Unsatisfiable
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from ..problems.inputs import LAYOUTS, PATTERNS
 from ..problems.model import AA_CANDIDATE_NAME
@@ -112,7 +112,25 @@ def run_probe(check_one: Callable[[dict], None], signature: list[dict], shape_ra
         probe()
     except Unsatisfiable:
         pass
+    except Flaky as e:
+        # Hypothesis replays a failing example once before it reports it. A candidate whose answer changes from
+        # call to call (uninitialised memory, a cache of repeated inputs, a clock) can pass the replay; Hypothesis
+        # then calls the failure flaky. A wrong answer is wrong whether or not it comes back: refuse with it.
+        mismatch = _first_mismatch(e)
+        if mismatch is None:
+            raise
+        raise mismatch from None
     return ran
+
+
+def _first_mismatch(error: BaseException) -> Optional[ProbeMismatch]:
+    if isinstance(error, ProbeMismatch):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = _first_mismatch(inner)
+        if found is not None:
+            return found
+    return None
 
 
 class _Skip(Exception):

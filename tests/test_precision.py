@@ -15,15 +15,26 @@ from pytest_autotune.report.precision import (
     FIVE_SIXTHS,
     MOST_PAIRS,
     PROFILE,
+    PROFILE_KURTOSIS,
+    SIZING_CONFIDENCE,
     SPREAD,
+    TIME_RANGE,
     C,
     PrecisionModel,
+    chi2_quantile,
     scatter_from,
     summarize_precision,
 )
 from pytest_autotune.result import ItemOutcome, Measurement
 
 Z = NormalDist().inv_cdf(0.975)
+
+
+def test_the_chi_square_quantiles_are_the_tables():
+    assert chi2_quantile(0.95, 10) == pytest.approx(18.307, abs=1e-3)
+    assert chi2_quantile(0.05, 20) == pytest.approx(10.851, abs=1e-3)
+    assert chi2_quantile(0.2, 2) == pytest.approx(-2 * math.log(0.8), abs=1e-6)
+    assert chi2_quantile(0.5, 9.6) < 9.6 < chi2_quantile(0.6, 9.6)
 
 
 def outcome(i: int, width: float, met: bool, logs: list, *, item_s: float = 6.0, stage_s: float = 4.0,
@@ -121,10 +132,13 @@ def test_with_each_items_scatter_measured_the_cap_covers_the_item_at_five_sixths
     assert s is not None and s.pair_sd_basis == "each item" and s.suggested is not None
     sc = scatter_from(items)
     assert sc is not None
-    model = PrecisionModel(z=Z, pair_sd=sc.five_sixths(), offset_sd=0.025)
-    assert s.suggested == model.pairs_for(0.03, SPREAD)
+    # each item's own variance over 71 degrees of freedom: the bound the cap is sized for is a few percent up
+    assert 1.0 < sc.variance_factor(SIZING_CONFIDENCE) < 1.15
+    sized = sc.five_sixths() * math.sqrt(sc.variance_factor(SIZING_CONFIDENCE))
+    assert s.pair_sd_sized == pytest.approx(sized)
+    assert s.suggested == PrecisionModel(z=Z, pair_sd=sized, offset_sd=0.025).pairs_for(0.03, SPREAD)
     needs = [PrecisionModel(z=Z, pair_sd=x, offset_sd=0.025).pairs_for(0.03) for x in sc.per_item or ()]
-    assert s.predicted_reached == sum(1 for n in needs if n <= s.suggested) >= 10
+    assert s.predicted_reached >= 10
     # 2 s outside timing and 2 s a pair of processes, each item
     assert s.expected_seconds == pytest.approx(sum(2.0 + 2.0 * min(n, s.suggested) for n in needs))
     assert s.most_seconds == pytest.approx(12 * (2.0 + 2.0 * s.suggested))
@@ -139,20 +153,27 @@ def test_summary_of_a_two_pair_run_sizes_the_cap_for_the_item_at_five_sixths():
     assert s.median_width == pytest.approx(0.0965)
     rms = math.sqrt(sum((0.02 + 0.002 * i) ** 2 / 2 for i in range(18)) / 18)
     assert s.pair_sd == pytest.approx(rms) and s.pair_sd_basis == "rms"
-    assert s.suggested == PrecisionModel(z=Z, pair_sd=FIVE_SIXTHS * rms, offset_sd=0.025).pairs_for(0.03, SPREAD)
-    # the profile's items that need no more than the cap, as a share of these 18
+    # 18 items of one degree of freedom each, which differ as PROFILE does: about 9.6 effective degrees of freedom
+    assert s.scatter_dof == pytest.approx(18 / PROFILE_KURTOSIS) and 8 < s.scatter_dof < 11
+    sized = FIVE_SIXTHS * rms * math.sqrt(18 / PROFILE_KURTOSIS / chi2_quantile(1 - SIZING_CONFIDENCE, 18 / PROFILE_KURTOSIS))
+    assert s.pair_sd_sized == pytest.approx(sized, rel=0.02)
+    assert s.suggested == PrecisionModel(z=Z, pair_sd=s.pair_sd_sized, offset_sd=0.025).pairs_for(0.03, SPREAD)
+    # the profile's items that need no more than the cap, as a share of these 18: most, at the measured scatter
     needs = [PrecisionModel(z=Z, pair_sd=q * rms, offset_sd=0.025).pairs_for(0.03) for q in PROFILE]
-    assert s.predicted_reached == round(18 * sum(1 for n in needs if n <= s.suggested) / len(PROFILE))
-    assert s.predicted_reached >= 15
+    assert sum(1 for n in needs if n <= s.suggested) == len(PROFILE)
+    assert 15 <= s.predicted_reached <= 18
     # time: 2 s outside timing, 2 s a pair of processes (4 s for two); about: the profile's stops, at most: the cap
     mean_pairs = sum(min(n, s.suggested) for n in needs) / len(needs)
     assert s.expected_seconds == pytest.approx(18 * (2.0 + 2.0 * mean_pairs))
     assert s.most_seconds == pytest.approx(18 * (2.0 + 2.0 * s.suggested))
+    assert s.expected_seconds_low < s.expected_seconds < s.expected_seconds_high <= s.most_seconds
     line = s.line()
     assert "\n" not in line
     assert line.startswith("precision: 0 of 18 item(s) reached the 3.0% CI target (median CI 9.7% wide")
-    assert f"--autotune-max-pairs={s.suggested} would reach 3.0% on about {s.predicted_reached} of 18" in line
+    assert f"--autotune-max-pairs={s.suggested} (sized for {s.pair_sd_sized:.1%}: " in line
+    assert f"would reach 3.0% on about {s.predicted_reached} of 18" in line
     assert "at most" in line and "[devices.cpu].process_offset_sd" in line and "docs/guide/precision.md" in line
+    assert f"{TIME_RANGE:.0%} range " in line and f"the {SIZING_CONFIDENCE:.0%} bound of the scatter" in line
 
 
 def test_summary_when_every_item_reached_the_target_suggests_nothing():
@@ -182,4 +203,39 @@ def test_a_target_no_number_of_pairs_reaches_suggests_the_most_the_option_takes_
     outs = [outcome(i, 0.09, False, [0.0, 0.03 + 0.001 * i]) for i in range(6)]
     s = summarize_precision(outs, target=0.0001, offset_sd=0.025, ci_level=0.95)
     assert s is not None and s.suggested == MOST_PAIRS and s.predicted_reached == 0
-    assert f"--autotune-max-pairs={MOST_PAIRS} would reach 0.0% on about 0 of 6" in s.line()
+    assert f"--autotune-max-pairs={MOST_PAIRS} (sized for " in s.line()
+    assert "would reach 0.0% on about 0 of 6" in s.line() and "range" not in s.line()
+
+
+def test_the_sizing_bound_is_the_chi_square_one_and_none_without_stated_degrees_of_freedom():
+    from pytest_autotune.report.precision import Scatter
+
+    sc = Scatter(rms=0.05, items=20, dof=10.0)
+    assert sc.variance_factor(0.95) == pytest.approx(10.0 / 3.9403, rel=1e-3)
+    assert sc.variance_factor(0.05) == pytest.approx(10.0 / 18.307, rel=1e-3)
+    assert Scatter(rms=0.05, items=20, per_item=(0.05,) * 20).variance_factor(0.8) == 1.0
+
+
+def test_the_bounds_hold_as_often_as_they_say_over_simulated_two_pair_runs():
+    """Items that differ as PROFILE says, two pairs each, 400 runs: the sizing bound lies above the true rms in
+    about SIZING_CONFIDENCE of the runs, and the time's range holds the time at the true scatters in about
+    TIME_RANGE of them. Alike items would need far fewer degrees of freedom of margin: the kurtosis is what
+    makes a two-pair run's scatter this uncertain."""
+    import random
+
+    rng = random.Random(5)
+    truth = [q * 0.063 for q in PROFILE] * 2  # 24 items
+    true_rms = math.sqrt(sum(t * t for t in truth) / len(truth))
+    covered_rms = covered_time = 0
+    runs = 400
+    for _ in range(runs):
+        outs = [outcome(i, 0.09, False, [rng.gauss(0, t), rng.gauss(0, t)]) for i, t in enumerate(truth)]
+        s = summarize_precision(outs, target=0.03, offset_sd=0.025, ci_level=0.95)
+        assert s is not None and s.pair_sd is not None and s.pair_sd_sized is not None
+        covered_rms += s.pair_sd_sized / FIVE_SIXTHS >= true_rms
+        # the time at the true scatters, with this run's cap: each item's own need
+        needs = [PrecisionModel(z=Z, pair_sd=q * true_rms, offset_sd=0.025).pairs_for(0.03) for q in PROFILE]
+        at_truth = len(truth) * (2.0 + 2.0 * sum(min(n, s.suggested) for n in needs) / len(needs))
+        covered_time += s.expected_seconds_low <= at_truth <= s.expected_seconds_high
+    assert abs(covered_rms / runs - SIZING_CONFIDENCE) < 0.08
+    assert abs(covered_time / runs - TIME_RANGE) < 0.07

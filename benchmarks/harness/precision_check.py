@@ -26,6 +26,11 @@ def _wall(log: Optional[Path]) -> Optional[float]:
     return float(m.group(1)) if m else None
 
 
+def _range(said: dict[str, Any]) -> str:
+    low, high = said.get("expected_seconds_low"), said.get("expected_seconds_high")
+    return "" if low is None or high is None else f" (range {low / 60:.0f} to {high / 60:.0f} min)"
+
+
 def check(promise: dict[str, Any], outcome: dict[str, Any], wall_s: Optional[float]) -> str:
     said = promise["summary"]["precision"]
     got = outcome["summary"]["precision"] or {}
@@ -42,8 +47,9 @@ def check(promise: dict[str, Any], outcome: dict[str, Any], wall_s: Optional[flo
         "|---|---|---|",
         f"| items at the {said['target']:.1%} CI target | about {said['predicted_reached']} of {said['items']} | "
         f"**{reached} of {len(items)}**" + (f" ({len(refused)} not accepted)" if refused else "") + " |",
-        f"| the run's time | about {said['expected_seconds'] / 60:.0f} min, at most {said['most_seconds'] / 60:.0f} min"
-        f" | {total / 60:.1f} min" + (" (wall)" if wall_s is not None else " (items' seconds)") + " |",
+        f"| the run's time | about {said['expected_seconds'] / 60:.0f} min{_range(said)}, at most "
+        f"{said['most_seconds'] / 60:.0f} min | {total / 60:.1f} min" + (" (wall)" if wall_s is not None else
+                                                                        " (items' seconds)") + " |",
         f"| median CI width | | {statistics.median(widths):.1%} |" if widths else "| median CI width | | - |",
         "",
         "| item | pairs of processes | stopped at the target | CI width | speedup [95% CI] | seconds |",

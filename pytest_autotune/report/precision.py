@@ -23,10 +23,20 @@ The model (a CI's width as a function of the pairs of processes ``n``; log scale
 
 The suggestion is ``--autotune-max-pairs=N`` (measure/until_target.py): every item adds pairs of processes until its
 CI reaches the target, at most N. N is the fewest pairs at which the item at five sixths reaches the target with
-the model's width times SPREAD = 1.1 (the margin for where an item's own readings stop around the model's), so
-about five items of six reach it. Its time: each item's time outside timing, plus its pairs times its timing stage's
-seconds a pair of processes (sandbox starts included), from this run; "about" with each item stopping where the model
-says (on a two-pair run, the items' spread taken from PROFILE), "at most" with every item at N.
+the model's width times SPREAD = 1.1 (the margin for where an item's own readings stop around the model's), its
+scatter taken at the SIZING_CONFIDENCE upper bound of what the run measured, so that about five items of six reach it
+even where the run read this machine's scatter low.
+
+How sure the scatter is: a mean of the items' pair variances with ``d`` degrees of freedom (one an item with two
+pairs) is a chi-square's worth of noise, with fewer effective degrees of freedom where the items differ:
+``d / PROFILE_KURTOSIS`` on a two-pair run (about 11 for 20 items: the rms reads within -25%/+40% of the truth in nine
+runs of ten), each item's own variances' where they were measured. On the VM two two-pair runs read 5.9% and 5.5%
+against the 6.3% that 308 pairs an item measured.
+
+Its time: each item's time outside timing, plus its pairs times its timing stage's seconds a pair of processes
+(sandbox starts included), from this run; "about" with each item stopping where the model says (on a two-pair run,
+the items' spread taken from PROFILE), a TIME_RANGE range with the scatter at the ends of its chi-square interval, and
+"at most" with every item at N.
 """
 
 from __future__ import annotations
@@ -52,6 +62,14 @@ FIVE_SIXTHS = 1.45
 #: the items' scatters over their rms at the twelfths of the same 38 items: how a run that cannot tell its items
 #: apart predicts the time of items that each stop where they reach the target
 PROFILE = (0.26, 0.41, 0.47, 0.55, 0.59, 0.73, 0.80, 0.84, 1.01, 1.45, 1.56, 1.76)
+#: the profile's mean fourth power over its mean square squared: how much more a mean of the items' pair variances
+#: scatters where items differ as PROFILE does than where they are alike (its degrees of freedom divide by this)
+PROFILE_KURTOSIS = statistics.fmean(q ** 4 for q in PROFILE) / statistics.fmean(q * q for q in PROFILE) ** 2
+#: the one-sided confidence of the scatter the suggestion is sized for: the run's estimate is raised to the bound it
+#: stays under in that share of runs (two of three two-pair runs on the VM read the scatter 7-13% low)
+SIZING_CONFIDENCE = 0.8
+#: the share of runs whose time the stated range holds, the model's other parts right
+TIME_RANGE = 0.9
 #: fewest items with two pairs of processes behind a measured scatter
 MIN_ITEMS = 3
 #: pairs of processes an item from which its own scatter counts as measured
@@ -93,6 +111,8 @@ class Scatter:
     rms: float
     items: int
     per_item: Optional[tuple[float, ...]] = None
+    #: the effective degrees of freedom of ``rms ** 2`` (a chi-square's, ``2 / relative variance``)
+    dof: float = math.inf
 
     @property
     def basis(self) -> str:
@@ -105,20 +125,54 @@ class Scatter:
             return ordered[math.ceil(len(ordered) * 5 / 6) - 1]
         return FIVE_SIXTHS * self.rms
 
+    def variance_factor(self, quantile: float) -> float:
+        """The factor on the measured variances that is their ``quantile`` bound: the true variance lies below
+        ``factor * measured`` in that share of runs (chi-square with ``dof``)."""
+        if math.isinf(self.dof):
+            return 1.0
+        return self.dof / chi2_quantile(1.0 - quantile, self.dof)
+
+
+def chi2_quantile(p: float, dof: float) -> float:
+    """The ``p`` quantile of a chi-square with ``dof`` (any positive real) degrees of freedom: bisection on the
+    regularized lower incomplete gamma's series. Hand-written because the runtime has no scipy; exact to 1e-9."""
+    a = dof / 2.0
+
+    def cdf(x: float) -> float:
+        y = x / 2.0
+        term = total = 1.0 / a
+        n = 0
+        while term > total * 1e-15:
+            n += 1
+            term *= y / (a + n)
+            total += term
+        return math.exp(a * math.log(y) - y - math.lgamma(a)) * total
+
+    lo, hi = 1e-12, 10.0 * dof + 100.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2.0
+
 
 def scatter_from(log_pairs: Sequence[Sequence[Optional[float]]]) -> Optional[Scatter]:
     """The scatter of the items' pairs' log speedups (None with fewer than MIN_ITEMS items of two pairs or more)."""
-    variances, least = [], None
+    variances: list[float] = []
+    dofs: list[int] = []
     for pairs in log_pairs:
         values = [v for v in pairs if v is not None]
         if len(values) >= 2:
             variances.append(statistics.variance(values))
-            least = len(values) if least is None else min(least, len(values))
+            dofs.append(len(values) - 1)
     if len(variances) < MIN_ITEMS:
         return None
     rms = math.sqrt(statistics.fmean(variances))
-    per_item = tuple(math.sqrt(v) for v in variances) if least is not None and least >= MANY_PAIRS else None
-    return Scatter(rms=rms, items=len(variances), per_item=per_item)
+    if min(dofs) + 1 >= MANY_PAIRS:  # each item's own variance, its noise 2 v**2 / d
+        total = sum(variances)
+        noise = sum(2.0 * v * v / d for v, d in zip(variances, dofs))
+        dof = 2.0 * total * total / noise if noise > 0 else math.inf
+        return Scatter(rms=rms, items=len(variances), per_item=tuple(math.sqrt(v) for v in variances), dof=dof)
+    return Scatter(rms=rms, items=len(variances), dof=sum(dofs) / PROFILE_KURTOSIS)
 
 
 @dataclass(frozen=True)
@@ -129,7 +183,7 @@ class PrecisionSummary:
     median_width: float
     pairs_now: int
     pair_sd: Optional[float]  # the rms of the items' scatters; None: too few items to measure it
-    pair_sd_five_sixths: Optional[float]  # the scatter the suggestion is sized for
+    pair_sd_five_sixths: Optional[float]  # the item's at five sixths, as measured
     sd_items: int
     pair_sd_basis: str  # "rms": the items' spread from PROFILE; "each item": every item's own, measured
     offset_sd: float
@@ -138,6 +192,10 @@ class PrecisionSummary:
     predicted_reached: Optional[int]  # items the model says reach the target within ``suggested``
     expected_seconds: Optional[float]  # the run with ``suggested``, each item stopping where the model says
     most_seconds: Optional[float]  # ... with every item at ``suggested`` pairs
+    pair_sd_sized: Optional[float] = None  # the scatter ``suggested`` is sized for: five sixths at SIZING_CONFIDENCE
+    scatter_dof: Optional[float] = None  # the effective degrees of freedom of the measured scatter
+    expected_seconds_low: Optional[float] = None  # the TIME_RANGE range of ``expected_seconds``
+    expected_seconds_high: Optional[float] = None
 
     def line(self) -> str:
         head = (f"precision: {self.reached} of {self.items} item(s) reached the {self.target:.1%} CI target "
@@ -154,13 +212,22 @@ class PrecisionSummary:
         else:
             spread = f"too few items with two pairs of processes to measure this machine's scatter ({self.sd_items})"
         offset = f"; the protocol adds {self.offset_sd:.1%} ({self.offset_key})" if self.offset_sd > 0 else ""
+        sized = ""
+        if self.pair_sd_sized is not None and self.pair_sd_five_sixths is not None:
+            sized = (f" (sized for {self.pair_sd_sized:.1%}: the item at five sixths at the {SIZING_CONFIDENCE:.0%} "
+                     f"bound of the scatter)")
         cost = ""
         if self.expected_seconds is not None and self.most_seconds is not None:
-            cost = (f" in about {_minutes(self.expected_seconds)} for these {self.items} (at most "
+            likely = ""
+            if (self.expected_seconds_low is not None and self.expected_seconds_high is not None
+                    and _minutes(self.expected_seconds_low) != _minutes(self.expected_seconds_high)):
+                likely = (f"{TIME_RANGE:.0%} range {_minutes(self.expected_seconds_low)} to "
+                          f"{_minutes(self.expected_seconds_high)}, ")
+            cost = (f" in about {_minutes(self.expected_seconds)} for these {self.items} ({likely}at most "
                     f"{_minutes(self.most_seconds)})")
-        return (f"{head}; {spread}{offset}: --autotune-max-pairs={self.suggested} would reach {self.target:.1%} on "
-                f"about {self.predicted_reached} of {self.items}, each item stopping at the target{cost} "
-                f"(model: docs/guide/precision.md)")
+        return (f"{head}; {spread}{offset}: --autotune-max-pairs={self.suggested}{sized} would reach "
+                f"{self.target:.1%} on about {self.predicted_reached} of {self.items}, each item stopping at the "
+                f"target{cost} (model: docs/guide/precision.md)")
 
 
 def _minutes(seconds: float) -> str:
@@ -194,16 +261,30 @@ def summarize_precision(outcomes: Sequence["ItemOutcome"], *, target: float, off
         return PrecisionModel(z=z, pair_sd=s, offset_sd=offset_sd).pairs_for(target, spread)
 
     # the scatters the items' stops follow: each item's own where measured, else PROFILE around the rms
-    rms = scatter.rms if scatter else 0.0
-    if scatter is not None and scatter.per_item is not None:
-        item_needs = [needs(s) for s in scatter.per_item]
-    else:
-        item_needs = [needs(q * rms) for q in PROFILE]
-    cap = min(max(needs(scatter.five_sixths() if scatter else 0.0, SPREAD), pairs_now + 1), MOST_PAIRS)
-    predicted = round(len(timed) * sum(1 for n in item_needs if n <= cap) / len(item_needs))
-    expected, most = _cost(timed, [min(cap, n) for n in item_needs], cap)
+    def item_needs(variance_factor: float = 1.0) -> list[int]:
+        scale = math.sqrt(variance_factor)
+        if scatter is not None and scatter.per_item is not None:
+            return [needs(s * scale) for s in scatter.per_item]
+        return [needs(q * (scatter.rms if scatter else 0.0) * scale) for q in PROFILE]
+
+    sized = scatter.five_sixths() * math.sqrt(scatter.variance_factor(SIZING_CONFIDENCE)) if scatter else None
+    cap = min(max(needs(sized or 0.0, SPREAD), pairs_now + 1), MOST_PAIRS)
+    point = item_needs()
+    # the share of items within the cap, averaged over where the true scatter may lie (deciles of its chi-square)
+    shares = [sum(1 for n in needs_at if n <= cap) / len(needs_at)
+              for needs_at in (item_needs(scatter.variance_factor((k + 0.5) / 10)) if scatter else point
+                               for k in range(10))]
+    predicted = round(len(timed) * statistics.fmean(shares))
+    expected, most = _cost(timed, [min(cap, n) for n in point], cap)
+    low = high = None
+    if scatter is not None:
+        tail = (1.0 - TIME_RANGE) / 2.0
+        low = _cost(timed, [min(cap, n) for n in item_needs(scatter.variance_factor(tail))], cap)[0]
+        high = _cost(timed, [min(cap, n) for n in item_needs(scatter.variance_factor(1.0 - tail))], cap)[0]
     return PrecisionSummary(**base, suggested=cap, predicted_reached=predicted,  # type: ignore[arg-type]
-                            expected_seconds=expected, most_seconds=most)
+                            expected_seconds=expected, most_seconds=most, pair_sd_sized=sized,
+                            scatter_dof=scatter.dof if scatter else None, expected_seconds_low=low,
+                            expected_seconds_high=high)
 
 
 def session_precision(snap: "SessionSnapshot") -> Optional[PrecisionSummary]:
@@ -237,5 +318,6 @@ def _cost(timed: Sequence["ItemOutcome"], pairs: Sequence[int], cap: int) -> tup
     return about, sum(o + cap * s for o, s in zip(outside, per_pair))
 
 
-__all__ = ["C", "SPREAD", "FIVE_SIXTHS", "PROFILE", "MANY_PAIRS", "MOST_PAIRS", "PrecisionModel", "PrecisionSummary", "Scatter",
-           "scatter_from", "summarize_precision", "session_precision"]
+__all__ = ["C", "SPREAD", "FIVE_SIXTHS", "PROFILE", "PROFILE_KURTOSIS", "SIZING_CONFIDENCE", "TIME_RANGE", "MANY_PAIRS",
+           "MOST_PAIRS", "PrecisionModel", "chi2_quantile", "PrecisionSummary", "Scatter", "scatter_from", "summarize_precision",
+           "session_precision"]

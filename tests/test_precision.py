@@ -12,6 +12,7 @@ from statistics import NormalDist
 import pytest
 
 from pytest_autotune.report.precision import (
+    FEW_PAIRS_UNDERREAD,
     FIVE_SIXTHS,
     MOST_PAIRS,
     PROFILE,
@@ -155,11 +156,13 @@ def test_summary_of_a_two_pair_run_sizes_the_cap_for_the_item_at_five_sixths():
     assert s.pair_sd == pytest.approx(rms) and s.pair_sd_basis == "rms"
     # 18 items of one degree of freedom each, which differ as PROFILE does: about 9.6 effective degrees of freedom
     assert s.scatter_dof == pytest.approx(18 / PROFILE_KURTOSIS) and 8 < s.scatter_dof < 11
-    sized = FIVE_SIXTHS * rms * math.sqrt(18 / PROFILE_KURTOSIS / chi2_quantile(1 - SIZING_CONFIDENCE, 18 / PROFILE_KURTOSIS))
+    bound = math.sqrt(18 / PROFILE_KURTOSIS / chi2_quantile(1 - SIZING_CONFIDENCE, 18 / PROFILE_KURTOSIS))
+    sized = FEW_PAIRS_UNDERREAD * FIVE_SIXTHS * rms * bound
     assert s.pair_sd_sized == pytest.approx(sized, rel=0.02)
     assert s.suggested == PrecisionModel(z=Z, pair_sd=s.pair_sd_sized, offset_sd=0.025).pairs_for(0.03, SPREAD)
     # the profile's items that need no more than the cap, as a share of these 18: most, at the measured scatter
-    needs = [PrecisionModel(z=Z, pair_sd=q * rms, offset_sd=0.025).pairs_for(0.03) for q in PROFILE]
+    needs = [PrecisionModel(z=Z, pair_sd=FEW_PAIRS_UNDERREAD * q * rms, offset_sd=0.025).pairs_for(0.03)
+             for q in PROFILE]
     assert sum(1 for n in needs if n <= s.suggested) == len(PROFILE)
     assert 15 <= s.predicted_reached <= 18
     # time: 2 s outside timing, 2 s a pair of processes (4 s for two); about: the profile's stops, at most: the cap
@@ -217,10 +220,10 @@ def test_the_sizing_bound_is_the_chi_square_one_and_none_without_stated_degrees_
 
 
 def test_the_bounds_hold_as_often_as_they_say_over_simulated_two_pair_runs():
-    """Items that differ as PROFILE says, two pairs each, 400 runs: the sizing bound lies above the true rms in
-    about SIZING_CONFIDENCE of the runs, and the time's range holds the time at the true scatters in about
-    TIME_RANGE of them. Alike items would need far fewer degrees of freedom of margin: the kurtosis is what
-    makes a two-pair run's scatter this uncertain."""
+    """Items that differ as PROFILE says, two pairs each that read their scatter FEW_PAIRS_UNDERREAD low, 400 runs:
+    the sizing bound lies above the true rms in about SIZING_CONFIDENCE of the runs, and the time's range holds
+    the time at the true scatters in about TIME_RANGE of them. Alike items would need far fewer degrees of freedom
+    of margin: the kurtosis is what makes a two-pair run's scatter this uncertain."""
     import random
 
     rng = random.Random(5)
@@ -229,7 +232,8 @@ def test_the_bounds_hold_as_often_as_they_say_over_simulated_two_pair_runs():
     covered_rms = covered_time = 0
     runs = 400
     for _ in range(runs):
-        outs = [outcome(i, 0.09, False, [rng.gauss(0, t), rng.gauss(0, t)]) for i, t in enumerate(truth)]
+        read = [t / FEW_PAIRS_UNDERREAD for t in truth]
+        outs = [outcome(i, 0.09, False, [rng.gauss(0, r), rng.gauss(0, r)]) for i, r in enumerate(read)]
         s = summarize_precision(outs, target=0.03, offset_sd=0.025, ci_level=0.95)
         assert s is not None and s.pair_sd is not None and s.pair_sd_sized is not None
         covered_rms += s.pair_sd_sized / FIVE_SIXTHS >= true_rms

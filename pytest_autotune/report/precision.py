@@ -29,7 +29,7 @@ even where the run read this machine's scatter low.
 
 How sure the scatter is: a mean of the items' pair variances with ``d`` degrees of freedom (one an item with two
 pairs) is a chi-square's worth of noise, with fewer effective degrees of freedom where the items differ:
-``d / PROFILE_KURTOSIS`` on a two-pair run (about 11 for 20 items: the rms reads within -25%/+40% of the truth in nine
+``d / PROFILE_KURTOSIS`` on a two-pair run (about 10 for 20 items: the rms reads 0.63 to 1.35 times the truth in nine
 runs of ten), each item's own variances' where they were measured. Two pairs an item also read low on the VM:
 FEW_PAIRS_UNDERREAD.
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from pytest_autotune.measure.stats import clustered_estimate, with_process_offsets
-from pytest_autotune.measure.until_target import RECHECK_SHARE, UntilTarget
+from pytest_autotune.measure.until_target import MIN_STEP, RECHECK_SHARE, UntilTarget
 from pytest_autotune.report.precision import PrecisionModel
 
 Z = 1.959963984540054
@@ -46,16 +46,32 @@ def test_a_reading_at_or_below_the_target_stops_the_item():
     assert r.readings == [(12, 0.029)]
 
 
-def test_after_a_reading_above_the_target_the_next_waits_for_the_pairs_it_predicts():
+def test_after_a_reading_above_the_target_the_next_is_half_way_to_the_pairs_it_projects():
     r = rule(offset_sd=0.0)
     logs = [0.001 * (i % 3) for i in range(20)]
     assert r.reached(logs, lambda: 0.045) is False
-    want = math.floor(RECHECK_SHARE * 20 * (0.045 / 0.03) ** 2)
-    assert r.next_full_at == want > 20
+    want = 20 + math.ceil(RECHECK_SHARE * (20 * (0.045 / 0.03) ** 2 - 20))  # 45 projected: 33
+    assert r.next_full_at == want == 33
     for n in range(21, want):
         assert r.reached(logs[:1] * n, lambda: pytest.fail(f"read again at {n} pairs")) is False
-    assert r.reached(logs[:1] * want, lambda: 0.03) is True
-    assert r.readings == [(20, 0.045), (want, 0.03)]
+    assert r.reached(logs[:1] * want, lambda: 0.031) is False  # just above: the next is MIN_STEP of 33 on, 2 pairs
+    assert r.next_full_at == want + max(1, math.ceil(RECHECK_SHARE * (want * (0.031 / 0.03) ** 2 - want)),
+                                        math.ceil(MIN_STEP * want)) == 35
+    assert r.reached(logs[:1] * 35, lambda: 0.03) is True
+    assert r.readings == [(20, 0.045), (33, 0.031), (35, 0.03)]
+
+
+def test_a_reading_is_not_held_back_by_how_the_last_one_compared_with_the_cheap_width():
+    """The cheap width alone gates a reading once the re-check's pairs are in: a bootstrap that read far above the
+    cheap width early (a few tens of pairs) does not hold the next reading back."""
+    r = rule(offset_sd=0.0)
+    calm = [0.001 * (i % 3) for i in range(40)]  # cheap width well under the target
+    assert r.reached(calm, lambda: 0.06) is False  # twice the target: projects 160 pairs
+    assert r.next_full_at == 40 + math.ceil(RECHECK_SHARE * (160 - 40)) == 100
+    # at 100 pairs the cheap width is what it was, far under the target, though the bootstrap read 2x the target at 40
+    # pairs: the reading happens (the rule before 2026-12-05 waited until the cheap width had halved, 160 pairs)
+    assert r.reached((calm * 3)[:100], lambda: 0.029) is True
+    assert [n for n, _ in r.readings] == [40, 100]
 
 
 def _pair(rng: random.Random, log_speedup: float, offset_sd: float, noise_sd: float, ratios: int) -> tuple:

@@ -243,3 +243,14 @@ def test_the_bounds_hold_as_often_as_they_say_over_simulated_two_pair_runs():
         covered_time += s.expected_seconds_low <= at_truth <= s.expected_seconds_high
     assert abs(covered_rms / runs - SIZING_CONFIDENCE) < 0.08
     assert abs(covered_time / runs - TIME_RANGE) < 0.07
+
+
+def test_identical_pairs_give_no_infinite_degrees_of_freedom_to_the_json():
+    """Every item's pairs alike (a scatter of zero): the degrees of freedom are unbounded, and the JSON says null,
+    never a non-standard Infinity."""
+    import json
+
+    outs = [outcome(i, 0.05, False, [0.01] * 8, pairs=8) for i in range(4)]
+    s = summarize_precision(outs, target=0.03, offset_sd=0.025, ci_level=0.95)
+    assert s is not None and s.scatter_dof is None
+    json.dumps(s.__dict__, allow_nan=False)

@@ -66,15 +66,15 @@ PROFILE = (0.26, 0.41, 0.47, 0.55, 0.59, 0.73, 0.80, 0.84, 1.01, 1.45, 1.56, 1.7
 #: scatters where items differ as PROFILE does than where they are alike (its degrees of freedom divide by this)
 PROFILE_KURTOSIS = statistics.fmean(q ** 4 for q in PROFILE) / statistics.fmean(q * q for q in PROFILE) ** 2
 #: the one-sided confidence of the scatter the suggestion is sized for: the run's estimate is raised to the bound it
-#: stays under in that share of runs (two of three two-pair runs on the VM read the scatter 7-13% low)
+#: stays under in that share of runs (four two-pair main jobs on the VM read 0.71-1.09 times what many pairs measured)
 SIZING_CONFIDENCE = 0.8
 #: the share of runs whose time the stated range holds, the model's other parts right
 TIME_RANGE = 0.9
 #: a many-pair run's scatter over what the same machine's two-pair runs measured (the mean of their variances' ratio,
 #: its root): the VM's four two-pair main jobs at protocol 9 read 1.19, 0.87, 0.75 and 0.50 of the variance that 64
-#: and 308 pairs an item measured, 0.83 on average. An item's first two pairs of processes start the same way; later
-#: ones alternate which arm's process starts and calibrates first, and odd and even pairs differ by more than pairs
-#: two apart (docs/design/protocol.md). Applied to a run of fewer than MANY_PAIRS pairs an item
+#: and 308 pairs an item measured, 0.83 on average; in those many-pair runs an item's first two pairs agree better
+#: than later ones do (docs/design/protocol.md, "Odd and even pairs"). Applied to a run of fewer than MANY_PAIRS
+#: pairs an item
 FEW_PAIRS_UNDERREAD = 1.10
 #: fewest items with two pairs of processes behind a measured scatter
 MIN_ITEMS = 3
@@ -291,7 +291,8 @@ def summarize_precision(outcomes: Sequence["ItemOutcome"], *, target: float, off
         high = _cost(timed, [min(cap, n) for n in item_needs(scatter.variance_factor(1.0 - tail))], cap)[0]
     return PrecisionSummary(**base, suggested=cap, predicted_reached=predicted,  # type: ignore[arg-type]
                             expected_seconds=expected, most_seconds=most, pair_sd_sized=sized,
-                            scatter_dof=scatter.dof if scatter else None, expected_seconds_low=low,
+                            scatter_dof=scatter.dof if scatter and math.isfinite(scatter.dof) else None,
+                            expected_seconds_low=low,
                             expected_seconds_high=high)
 
 
@@ -326,6 +327,6 @@ def _cost(timed: Sequence["ItemOutcome"], pairs: Sequence[int], cap: int) -> tup
     return about, sum(o + cap * s for o, s in zip(outside, per_pair))
 
 
-__all__ = ["C", "SPREAD", "FIVE_SIXTHS", "PROFILE", "PROFILE_KURTOSIS", "FEW_PAIRS_UNDERREAD", "SIZING_CONFIDENCE", "TIME_RANGE", "MANY_PAIRS",
-           "MOST_PAIRS", "PrecisionModel", "chi2_quantile", "PrecisionSummary", "Scatter", "scatter_from", "summarize_precision",
-           "session_precision"]
+__all__ = ["C", "SPREAD", "FIVE_SIXTHS", "PROFILE", "PROFILE_KURTOSIS", "FEW_PAIRS_UNDERREAD", "SIZING_CONFIDENCE",
+           "TIME_RANGE", "MANY_PAIRS", "MOST_PAIRS", "PrecisionModel", "chi2_quantile", "PrecisionSummary", "Scatter",
+           "scatter_from", "summarize_precision", "session_precision"]

@@ -47,9 +47,14 @@ class ModelNew(nn.Module):
         return torch.relu(x)
 '''
 
-#: two ratios of one item agree when their log distance is within their CIs' half-widths together, or this
-#: (a 4x regime effect is what the test is for; sessions of a loaded 2-vCPU machine differ by a few percent)
-FLOOR = math.log(1.10)
+#: two ratios of one item agree when their log distance is within their CIs' half-widths together, or this. A 4x
+#: regime effect is what the test is for (02_relu's reference read 7x slower a call at k = 64 under protocol 8).
+#: A memory-bound elementwise item like this one scatters by ~10% a pair of processes on the 2-vCPU VM (02_relu
+#: 9.9%, 01_scaled_add 7.5-10.2%: docs/results/cpu.md), four times the protocol's offset term, so two sessions of
+#: two pairs each differ by ~10% (sd) and their CIs do not cover it: a fresh-clone run at 3bd0a2f read 1.54 and
+#: 1.17 (log distance 0.27, the naive reference 565 us a call in one session and 426 us in the other). 1.5x is
+#: four of those sds, and a third of a 4x effect's log.
+FLOOR = math.log(1.5)
 
 
 def _session(pytester: pytest.Pytester, fast_protocol, k: str) -> dict:

@@ -437,6 +437,12 @@ def test_catalog(sessions, remeasure, case: Case) -> None:
         # the rule's own limit, said on the item: under load it compares samples that waited milliseconds for a
         # CPU, and preemption can only hide time there (an honest candidate is never refused for it)
         pytest.skip(f"the machine was too loaded for the wall-clock rule to resolve the cheat's cut: {wall}")
+    if case.name == "cheat_clock_between_checks" and it["verdict"] == "accepted":
+        # the wall-clock rule is a statistical test of the controller's windows: at this session's budget (0.6 s an
+        # item, 32 pairs) its noise term can reach the ~0.4-1 ms the cheat hides without the machine reading as
+        # loaded (a fresh-clone run at f0a6034: 0.37 ms hidden against 0.51 ms allowed, 0.35 ms of it noise). The
+        # cheat must then be refused in a session of its own (docs/design/threat-model.md, "Honest limits")
+        it = _item(remeasure(case), case)
     assert it["verdict"] in case.verdicts, f"{case.defence}\n{_describe(it)}"
     if case.gates:
         assert it["gate"] in case.gates, f"{case.defence}\n{_describe(it)}"

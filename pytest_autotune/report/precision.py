@@ -103,8 +103,16 @@ class PrecisionModel:
         where none up to it is)."""
         if target <= 0:
             raise ValueError("the target width must be positive")
-        n = 1
-        while spread * self.rel_width(n) > target and n < limit:
+
+        def fits(n: int) -> bool:
+            return spread * self.rel_width(n) <= target
+
+        # the width falls as 1/sqrt(n): the closed form's n, then a step either way for its rounding
+        half = self.half_width(1)
+        n = 1 if half == 0 else min(limit, max(1, math.ceil((half / math.asinh(target / (2.0 * spread))) ** 2)))
+        while n > 1 and fits(n - 1):
+            n -= 1
+        while n < limit and not fits(n):
             n += 1
         return n
 

@@ -33,7 +33,7 @@ Why no input set is ever reused across the calls of a sample (the other route to
 candidate that remembers its last answer would return it for free on the second call of the same input, and an
 answer it replays is a correct one, so no output check can tell. The plan instead makes ``k`` as large as memory
 allows; for calls that move their own bytes through HBM, memory and call time grow together, so the ``k`` that
-makes a 3 ms sample fits wherever one set does (docs/results/h200.md#kernelbench-level-1-at-published-sizes-aa).
+makes a 3 ms sample fits wherever one set does (docs/results/h200-2026-12-02.md#kernelbench-level-1-at-published-sizes-aa).
 """
 
 from __future__ import annotations

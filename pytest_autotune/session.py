@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -27,7 +26,7 @@ from .problems.discovery import BUNDLED_ROOT
 from .problems.model import KernelItemSpec
 from .protocol import Protocol, find_protocol, load_protocol
 from .protocol_registry import freeze_status
-from .provenance import ProvenanceError, collect, git_state
+from .provenance import ProvenanceError, budget_scale, collect, git_state
 from .recording import ControllerRecorder, Recorder, WorkerRecorder
 from .report.snapshot import Isolation, SessionSnapshot
 from .result import ItemOutcome, RunRecord
@@ -47,6 +46,7 @@ class AutotuneSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.opts = Options.from_config(config)
+        self.budget_scale = budget_scale()  # PYTEST_AUTOTUNE_BUDGET_SCALE, checked before anything runs
         self.is_worker = hasattr(config, "workerinput")
         self.protocol: Protocol = load_protocol(find_protocol(config.rootpath))
         pins: dict[str, str] = {}
@@ -263,7 +263,7 @@ class AutotuneSession:
                 gates=gates, measuring=self.opts.measuring, run_id=self.run_id, exploratory=self.exploratory,
                 item_provenance=lambda facts: collect(keys, "item", {**facts, "worker": self._worker_id()}),
                 lock=DeviceLock(self.device.lock_key),
-                budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
+                budget_scale=self.budget_scale,
                 cpus=self._sandbox_cpus(),
                 k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
                 build_root=build_root(self.opts.db) if self.opts.db is not None else None,

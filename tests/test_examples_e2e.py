@@ -2,7 +2,8 @@
 docs/guide/compiled-candidates.md) go through the gates end to end: the PyTorch candidate and the C++ one on the CPU
 in one recording session (correctness, probes, build, paired timing, integrity, store), the CUDA one with
 ``--device=cuda`` where a GPU is present. What is measured is the repository's own bytes: each item's provenance
-names the sha256 of the file in examples/."""
+names the sha256 of the file in examples/. The CPU session runs at half the protocol's timing budget
+(PYTEST_AUTOTUNE_BUDGET_SCALE=0.5), and its run's provenance must say so."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def cpu_run(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReq
     mp = pytest.MonkeyPatch()
     try:
         pt = pytest.Pytester(ModuleRequest(request), tmp_path_factory, mp, _ispytest=True)  # type: ignore[arg-type]
+        mp.setenv("PYTEST_AUTOTUNE_BUDGET_SCALE", "0.5")
         _copy_examples(pt.path)
         res, items = _session(pt)
         yield SimpleNamespace(root=pt.path, res=res, items=items, out=res.stdout.str())
@@ -88,6 +90,15 @@ def test_what_was_measured_is_the_repositorys_files(cpu_run) -> None:
     for name, sha in digests.items():
         prov = json.loads(rows[name])
         assert prov["candidate_sha256"] == sha and prov["problem_sha256"] == _sha256(PROBLEM), (name, prov)
+
+
+def test_the_run_records_the_budget_scale_it_ran_under(cpu_run) -> None:
+    with sqlite3.connect(cpu_run.root / ".autotune" / "results.db") as conn:
+        (stored,) = conn.execute("SELECT provenance FROM runs").fetchone()
+    report = json.loads((cpu_run.root / "report.json").read_text())["run"]["provenance"]
+    for prov in (json.loads(stored), report):
+        assert prov["budget_scale"] == 0.5
+        assert prov["environment"]["PYTEST_AUTOTUNE_BUDGET_SCALE"] == "0.5"
 
 
 # ------------------------------------------------------------------------------------------ the CUDA example

@@ -82,7 +82,7 @@ SECTIONS = {
         "docs/results/h200-2026-12-02.md#after-the-sandbox-exit-and-zygote-changes-2026-12-02-faf4e7d",
     ("docs/results-h200.md", "Protocol 5 on the H200"): "docs/results/h200-2026-12-02.md#protocol-5-on-the-h200-2026-12-02-2daae55",
     ("docs/results-h200.md", "The CUDA device"): "docs/guide/gpu.md#what-a-sample-is",
-    ("docs/results-h200.md", "How to measure"): "docs/guide/gpu.md#measuring-on-a-gpu-host",
+    ("docs/results-h200.md", "How to measure"): "docs/maintainers.md#gpu-measurements",
     ("docs/anchors.md", "H200, twelfth session"):
         "docs/results/anchors.md#2026-12-03-a3804d5-protocol-6-9-of-9-and-where-they-differ-from-do_bench",
     ("docs/anchors.md", "H200, eleventh session"): "docs/results/anchors.md#2026-12-02-b4703a2-protocol-6",

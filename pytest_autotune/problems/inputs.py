@@ -31,7 +31,14 @@ PATTERNS = (
     "mixed_magnitude",
     "alternating_sign",
     "spikes",
+    "rounding_bias",
 )
+
+#: ``rounding_bias``: every value on the bfloat16 grid times (1 + 2^-10 + 2^-13 + u 2^-16), u uniform in [0, 1): a
+#: float32 holds it exactly, while bfloat16 rounds every value down by ~2^-10 of itself and float16 or TF32 by ~2^-13
+#: -- the same sign everywhere, so a reduction cannot average a narrower type's rounding away (a half-precision
+#: scalar loss). The values are otherwise randn's, signs and magnitudes (gates/accuracy.py, docs/design/accuracy.md)
+ROUNDING_BIAS = (2.0**-10 + 2.0**-13, 2.0**-16)
 LAYOUTS = ("contiguous", "stride", "transpose", "offset")
 
 
@@ -73,6 +80,11 @@ def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torc
             out = t.abs().reshape(-1).clone()
             out[1::2] *= -1
             out = out.reshape(t.shape)
+        elif name == "rounding_bias":
+            out = (t * safe_scale).to(torch.bfloat16).to(t.dtype)  # on the bfloat16 grid
+            u = torch.rand(t.shape, generator=gen, dtype=t.dtype, device=t.device)
+            out.mul_(u.mul_(ROUNDING_BIAS[1]).add_(1 + ROUNDING_BIAS[0]))
+            del u
         elif name == "spikes":
             out = torch.zeros_like(t)
             mask = torch.rand(t.shape, generator=gen, device=t.device) < 0.01

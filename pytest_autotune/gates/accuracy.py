@@ -54,6 +54,7 @@ class OracleErrors:
     reference_max: float
     worst_index: int  # flat index of the candidate's largest error against the oracle
     unit: str = "eps x |oracle|"
+    relative_rms: float = 0.0  # rms(out - oracle) / rms(oracle), whatever the unit (inf where the oracle is 0)
 
     def allowed(self, rule: AccuracySection) -> tuple[float, float]:
         """The most the rule allows (rms, max), in the same ulps."""
@@ -66,7 +67,8 @@ class OracleErrors:
 
     def as_json(self, rule: AccuracySection) -> dict:
         rms_ok, max_ok = self.allowed(rule)
-        return {"rule": "float64-oracle", "unit": self.unit, "rms_ulp": _r(self.candidate_rms),
+        return {"rule": "float64-oracle", "unit": self.unit, "relative_rms": _r(self.relative_rms),
+                "rms_ulp": _r(self.candidate_rms),
                 "reference_rms_ulp": _r(self.reference_rms), "allowed_rms_ulp": _r(rms_ok),
                 "max_ulp": _r(self.candidate_max), "reference_max_ulp": _r(self.reference_max),
                 "allowed_max_ulp": _r(max_ok)}
@@ -75,7 +77,7 @@ class OracleErrors:
         """The same errors in other units (where the input-rounding sensitivity is the larger unit)."""
         a, b = self.ulp / ulp, self.max_ulp / max_ulp
         return OracleErrors(self.n, ulp, max_ulp, self.candidate_rms * a, self.reference_rms * a,
-                            self.candidate_max * b, self.reference_max * b, self.worst_index, unit)
+                            self.candidate_max * b, self.reference_max * b, self.worst_index, unit, self.relative_rms)
 
 
 def _r(x: float) -> float:
@@ -113,8 +115,9 @@ def oracle_errors(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor) ->
     lo = worst
     d = (fo[lo:lo + CHUNK].to(torch.float64) - fx[lo:lo + CHUNK].to(torch.float64)).abs()
     worst += int(torch.argmax(d))
+    relative = math.sqrt(sq_c / sq_o) if sq_o > 0 else (0.0 if sq_c == 0 else math.inf)
     return OracleErrors(n, ulp, max_ulp, math.sqrt(sq_c / max(n, 1)) / ulp, math.sqrt(sq_r / max(n, 1)) / ulp,
-                        max_c / max_ulp, max_r / max_ulp, worst)
+                        max_c / max_ulp, max_r / max_ulp, worst, relative_rms=relative)
 
 
 def sensitivity(oracle: torch.Tensor, perturbed: torch.Tensor) -> tuple[float, float]:
@@ -164,6 +167,17 @@ def _times(ratio: float) -> str:
     # an op whose float64 result is degenerate too (log(1 + x) for |x| < 1e-16) has an oracle equal to the reference:
     # it cannot tell a better candidate from a worse one there (docs/design/accuracy.md, "Limits")
     return "the float64 oracle equals the reference to its last bit here"
+
+
+#: an rms error above this share of the oracle's rms is a wrong answer, not an inaccurate one (a bfloat16 shortcut is
+#: ~2^-9 off, four times less)
+GROSS = 1.0 / 64
+
+
+def gross(numbers: dict) -> bool:
+    """Whether a failed output is a wrong answer (its rms error at least :data:`GROSS` of the oracle's rms) rather
+    than an inaccurate one."""
+    return float(numbers.get("relative_rms", 0.0)) >= GROSS
 
 
 def envelope(out: torch.Tensor, ref: torch.Tensor) -> float:

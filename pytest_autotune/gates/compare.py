@@ -15,6 +15,7 @@ wrong, for the fix a refusal names (problems/contract.py ``fix_for``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -174,6 +175,12 @@ def _against_oracle(a: torch.Tensor, b: torch.Tensor, oracle: torch.Tensor, prot
     ok, reason, numbers = accuracy.judge(a, b, oracle, proto.accuracy, label, perturbed)
     env = accuracy.envelope(a, b)
     numbers["envelope"] = float(f"{env:.4g}")
+    if not ok and accuracy.gross(numbers):
+        # not a question of accuracy: the answer is wrong (a few percent of the output's magnitude and more), and the
+        # elementwise comparison with the reference says where, in its own words
+        wrong = compare_tensor(a, b, proto, label)
+        if not wrong.ok:
+            return dataclasses.replace(wrong, details=numbers)
     return Comparison(ok, reason, max_rel_err=env, details=numbers, kind="" if ok else "accuracy")
 
 

@@ -23,14 +23,8 @@ from typing import Any, Optional
 from .build.stage import BuildStage
 from .errors import ProblemLoadError
 from .flow_baseline import BaselineStage
-from .gates.base import (
-    STAGES,
-    BaselineChoice,
-    CandidateFailure,
-    CandidateRefusal,
-    GateContext,
-    GateOutcome,
-)
+from .gates.base import STAGES, BaselineChoice, CandidateFailure, CandidateRefusal, GateContext, GateOutcome
+from .gates.correctness import timed_outputs_floor
 from .golden import Golden
 from .item_memory import DoesNotFit, holders, plan_item, settle
 from .item_run import FlowEnv, FlowVerdict, ItemRun
@@ -38,6 +32,7 @@ from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
 from .jsonable import jsonable
+from .judging import prepare_judging
 from .measure.input_sets import choose_input_sets
 from .measure.memory import UNBUDGETED, MemoryPlan
 from .measure.schedule import (
@@ -170,7 +165,8 @@ class KernelFlow(BaselineStage, BuildStage):
                           device=env.device, seeds=seeds, sizes=sizes, measuring=env.measuring, golden=golden)
         ctx.candidate_sha256 = cand_src.sha256 if cand_src else None
         item = ItemRun(spec, ctx, problem_src, cand_src, problem, sizes, init_seed, golden, started)
-        try:  # the item's device memory, planned before any sandbox starts (measure/memory.py)
+        try:  # how its answers are judged; its device memory, planned before any sandbox starts (measure/memory.py)
+            prepare_judging(env, item)
             ctx.memory = plan_item(env, item)
         except DoesNotFit as e:
             return FlowVerdict(self._outcome(spec, "error", "memory", f"{spec.problem.name}: {e}",
@@ -324,7 +320,7 @@ class KernelFlow(BaselineStage, BuildStage):
         runs: list[TimingEvidence] = []
         t0 = time.perf_counter()
         choice = choose_input_sets(item.golden, env.protocol, plan.derive_spread, ctx.seeds.seed("input-sets"),
-                                   ctx.seeds.seed("input-sets-positions"))
+                                   ctx.seeds.seed("input-sets-positions"), timed_outputs_floor(ctx))
         item.golden.clear()
         item.derive_spread = choice.spread
         ctx.details["input_sets"] = choice.details()

@@ -19,6 +19,7 @@ from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
 from .measure.sampling import KOverride
 from .measure.schedule import TimingEvidence
+from .problems.contract import contract_record
 from .problems.loader import LoadedProblem
 from .problems.model import REFERENCE_BASELINE, KernelItemSpec, SourceFile
 from .protocol import Protocol, TimingPlan
@@ -59,6 +60,8 @@ class FlowEnv:
     #: --autotune-max-pairs: ``process_pairs`` is a most, and an item stops once its CI reaches the target
     #: (measure/until_target.py)
     pairs_until_target: bool = False
+    #: --autotune-strict-contract: a wrong answer beyond the contract refuses the item, whatever [contract].beyond
+    strict_contract: bool = False
 
     def timing_plan(self) -> TimingPlan:
         """The protocol's timing plan for this device; with ``--autotune-pairs=N``, N pairs of processes, each with
@@ -193,7 +196,7 @@ def result(env: FlowEnv, item: ItemRun) -> KernelResult:
         seeds=tuple(seeds), measurement=m, correctness="passed",
         probes=jsonable(ev.probes), integrity="passed", breaker=breaker,
         protocol_sha256=env.protocol.sha256, exploratory=env.exploratory, provenance=jsonable(prov),
-        notes=tuple(ctx.warnings),
+        notes=tuple(ctx.warnings), contract=contract_record(jsonable(ev.as_json())),
     )
 
 

@@ -24,16 +24,19 @@ else:  # pragma: no cover
 
 from .errors import ProtocolError
 from .protocol_sections import (  # noqa: F401 - re-exported: the sections are part of this module's API
+    AccuracySection,
     BandsSection,
     BarsSection,
     BreakerSection,
     BuildSection,
+    ContractSection,
     CorrectnessSection,
     CpuSection,
     CudaSection,
     DevicesSection,
     EnginesSection,
     IntegritySection,
+    KernelBenchSection,
     MemorySection,
     ProbesSection,
     ProtocolMeta,
@@ -75,6 +78,9 @@ class Protocol:
     engines: EnginesSection = _f()
     memory: MemorySection = _f(default=MemorySection())
     build: BuildSection = _f(default=BuildSection())
+    accuracy: AccuracySection = _f(default=AccuracySection())
+    contract: ContractSection = _f(default=ContractSection())
+    kernelbench: KernelBenchSection = _f(default=KernelBenchSection())
     # not from the file:
     sha256: str = field(default="", compare=False)
     path: str = field(default="", compare=False)

@@ -220,6 +220,53 @@ class BuildSection:
 
 
 @dataclass(frozen=True)
+class AccuracySection:
+    """How a floating output is judged (gates/accuracy.py; docs/design/accuracy.md). Optional (protocols 1-9:
+    ``"tolerance"``, the dtype's rtol/atol against the reference alone)."""
+
+    #: "float64-oracle": the candidate's error against the reference run in float64 may be at most ``multiplier``
+    #: times the reference's own error on the same inputs, plus ``floor_ulps`` units (the output dtype's epsilon
+    #: times the oracle's magnitude, or the op's sensitivity to its inputs' rounding where that is larger), for the
+    #: root-mean-square error and, with ``max_*``, the largest; "tolerance": ``[tolerance.<dtype>]`` against the
+    #: reference
+    rule: str = _f(default="tolerance", choices=("tolerance", "float64-oracle"))
+    multiplier: float = _f(default=100.0, ge=1.0)
+    floor_ulps: float = _f(default=8.0, ge=0.0)
+    #: the same rule for the single worst element
+    max_multiplier: float = _f(default=200.0, ge=1.0)
+    max_floor_ulps: float = _f(default=16.0, ge=0.0)
+
+
+@dataclass(frozen=True)
+class ContractSection:
+    """What inputs a candidate answers for (problems/contract.py; docs/guide/contract.md). Optional (protocols 1-9:
+    every layout probed was part of the contract, and every probe that failed refused)."""
+
+    #: layouts a problem that declares none (no ``AUTOTUNE_LAYOUTS``) is judged on: "as-produced", the layouts its
+    #: ``get_inputs()`` produces; "all", every layout the probes know
+    undeclared_layouts: str = _f(default="all", choices=("all", "as-produced"))
+    #: what a probe beyond the contract that finds a wrong answer does: "finding" (reported on the item, never a
+    #: refusal) or "refuse" (``--autotune-strict-contract`` makes it "refuse" for one run)
+    beyond: str = _f(default="refuse", choices=("finding", "refuse"))
+
+
+@dataclass(frozen=True)
+class KernelBenchSection:
+    """KernelBench's own correctness check, recorded beside the gates' verdict (gates/kernelbench.py). It never
+    refuses. Optional (protocols 1-9: ``trials = 0``, not recorded)."""
+
+    trials: int = _f(default=0, ge=0)
+    #: the seed KernelBench derives its trial seeds from (``torch.manual_seed(seed)``, then ``torch.randint``)
+    seed: int = _f(default=42, ge=0)
+    #: ``torch.allclose(ref, out, atol=t, rtol=t)`` with t by the output dtype (KernelBench's
+    #: get_tolerance_for_precision); ``v0_tolerance``: the 1e-2 of KernelBench v0 and v0.1, when the public
+    #: leaderboard's kernels were checked
+    float32_tolerance: float = _f(default=1e-4, gt=0.0)
+    half_tolerance: float = _f(default=1e-2, gt=0.0)
+    v0_tolerance: float = _f(default=1e-2, gt=0.0)
+
+
+@dataclass(frozen=True)
 class StudiesSection:
     """Studies (docs/guide/studies.md): the usability floor of an arm and the plumbing-audit thresholds."""
 
@@ -253,4 +300,5 @@ class EnginesSection:
     metrics_interval_s: float = _f(gt=0.0)
 
 
-__all__ = ["ProtocolMeta", "SeedsSection", "TimingSection", "StatisticsSection", "CorrectnessSection", "Tolerance", "BreakerSection", "ProbesSection", "SandboxSection", "IntegritySection", "CpuSection", "CudaSection", "DevicesSection", "TimingPlan", "BarsSection", "BandsSection", "MemorySection", "BuildSection", "StudiesSection", "SurfaceSection", "EnginesSection"]
+__all__ = ["ProtocolMeta", "SeedsSection", "TimingSection", "StatisticsSection", "CorrectnessSection", "Tolerance", "BreakerSection", "ProbesSection", "SandboxSection", "IntegritySection", "CpuSection", "CudaSection", "DevicesSection", "TimingPlan", "BarsSection", "BandsSection", "MemorySection", "BuildSection", "StudiesSection", "SurfaceSection", "EnginesSection",
+           "AccuracySection", "ContractSection", "KernelBenchSection"]

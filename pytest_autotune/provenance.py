@@ -194,6 +194,9 @@ def builtin_keys() -> list[ProvenanceKey]:
         ProvenanceKey("max_pairs", "run", int, "--autotune-max-pairs: an item's pairs of processes at most, each "
                       "item stopping once its CI reaches the target (absent: off)", _ctx("max_pairs"),
                       required=False),
+        ProvenanceKey("strict_contract", "run", bool, "--autotune-strict-contract: a wrong answer beyond the "
+                      "problem's contract refused the item (absent: findings, as [contract].beyond says)",
+                      _ctx("strict_contract"), required=False),
         # item scope
         ProvenanceKey("problem_sha256", "item", str, "digest of the problem file", _ctx("problem_sha256")),
         ProvenanceKey("candidate_sha256", "item", str, "digest of the candidate file", _ctx("candidate_sha256")),

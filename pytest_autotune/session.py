@@ -221,6 +221,7 @@ class AutotuneSession:
             "isolation": self.sandbox_pool().plan.provenance(),
             "process_pairs": self.opts.pairs,
             "max_pairs": self.opts.max_pairs,
+            "strict_contract": self.opts.strict_contract or None,
         }
         keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
         try:
@@ -268,7 +269,7 @@ class AutotuneSession:
                 k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
                 build_root=build_root(self.opts.db) if self.opts.db is not None else None,
                 process_pairs=self.opts.pairs or self.opts.max_pairs,
-                pairs_until_target=self.opts.max_pairs is not None)
+                pairs_until_target=self.opts.max_pairs is not None, strict_contract=self.opts.strict_contract)
             self._flow = KernelFlow(env)
         return self._flow
 

@@ -31,7 +31,16 @@ PATTERNS = (
     "mixed_magnitude",
     "alternating_sign",
     "spikes",
+    "rounding_bias",
 )
+
+#: ``rounding_bias``: every value g on the bfloat16 grid (2^E <= |g| < 2^(E+1)) moved away from zero by
+#: 2^(E-10) + 2^(E-13) + u 2^(E-16), u uniform in [0, 1): less than half a bfloat16 step, so bfloat16 rounds every
+#: value back towards zero by ~2^-10 of itself, and, past the float16 (and TF32) grid point g + 2^(E-10), less than
+#: half a float16 step, so float16 rounds every value towards zero too, by ~2^-13 -- the same sign everywhere: a
+#: reduction cannot average a narrower type's rounding away (a half-precision scalar loss). The values are otherwise
+#: randn's, signs and magnitudes (gates/accuracy.py, docs/design/accuracy.md)
+ROUNDING_BIAS = ((-10, -13), -16)
 LAYOUTS = ("contiguous", "stride", "transpose", "offset")
 
 
@@ -73,6 +82,15 @@ def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torc
             out = t.abs().reshape(-1).clone()
             out[1::2] *= -1
             out = out.reshape(t.shape)
+        elif name == "rounding_bias":
+            out = (t * safe_scale).to(torch.bfloat16).to(t.dtype)  # on the bfloat16 grid
+            _, e = torch.frexp(out)  # |out| in [2^(e-1), 2^e)
+            step = torch.ldexp(out.sign(), e - 1)  # sign x 2^E, E = e - 1; zero stays zero
+            del e
+            u = torch.rand(t.shape, generator=gen, dtype=t.dtype, device=t.device)
+            (fixed_a, fixed_b), frac = ROUNDING_BIAS
+            out.add_(step * (2.0**fixed_a + 2.0**fixed_b + u * 2.0**frac))
+            del u, step
         elif name == "spikes":
             out = torch.zeros_like(t)
             mask = torch.rand(t.shape, generator=gen, device=t.device) < 0.01

@@ -24,8 +24,8 @@ def write_findings(tr: Any, outs: list) -> None:
     tr.write_line(f"findings beyond the contract ({len(found)}; reported, not refused -- --autotune-strict-contract "
                   "refuses them):", bold=True)
     for o, f in found:
-        tr.write_line(f"  {o.problem}/{o.candidate}: wrong on {f['clause']} {f['input']}: {f['what'][:160]}; "
-                      f"fix: {f['fix']}")
+        what = f["what"] if len(f["what"]) <= 160 else f["what"][:157].rstrip("; ") + "..."
+        tr.write_line(f"  {o.problem}/{o.candidate}: wrong on {f['clause']} {f['input']}: {what}; fix: {f['fix']}")
 
 
 def write_summary(tr: Any, snap: "SessionSnapshot") -> None:

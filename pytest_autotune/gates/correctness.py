@@ -56,6 +56,9 @@ class CorrectnessGate(Gate):
             if call.new_threads > ctx.protocol.integrity.max_new_threads:
                 return GateOutcome.refuse(
                     "integrity", f"{where}: {call.new_threads} new thread(s) still running after the call returned")
+            # this recipe's golden output and copy of the candidate's go before the next recipe's are made: the
+            # item's memory plan counts one of each (measure/memory.py)
+            del call, golden
         ctx.evidence.max_rel_err = worst
         ctx.warnings.extend(weak_problem_warnings(ctx, recipes[0]))
         return None

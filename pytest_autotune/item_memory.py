@@ -22,6 +22,7 @@ from .measure.memory import (
 )
 from .memory_holders import describe, holders, live_bytes, release, settle
 from .problems.footprint import meta_footprint
+from .problems.inputs import materialize
 
 #: integer sizes of a problem tried for :func:`fitting_sizes`, and bisection steps each
 FIT_NAMES = 3
@@ -35,6 +36,14 @@ class PlannedGolden(Golden):
     inputs and workspace -- so that between two calls it holds what it still uses (measure/memory.py, "Caches")."""
 
     release_each = False
+
+    def inputs(self, recipe: dict) -> list:
+        if not self.release_each or not self.on_device:
+            return super().inputs(recipe)
+        r = dict(recipe)
+        r["sizes"] = {**self.sizes, **(recipe.get("sizes") or {})}
+        return materialize(self.problem, r, self.device.to_device, self.device.generation_device(),
+                           self.device.release_cached_memory)
 
     def __call__(self, recipe: dict) -> Any:
         if not self.release_each or not self.on_device:
@@ -85,8 +94,8 @@ def footprint(env, item) -> CallFootprint:
                          mem, held=describe(env)) from None
     from .golden import output_bytes
 
-    measured = CallFootprint(input_bytes=fp.input_bytes, output_bytes=output_bytes(out), param_bytes=fp.param_bytes,
-                             work_bytes=work or 0, source="measured" if work is not None else "meta")
+    measured = dataclasses.replace(fp, output_bytes=output_bytes(out), work_bytes=work or 0,
+                                   source="measured" if work is not None else "meta")
     del out
     item.golden.clear()
     env.footprints[key] = measured

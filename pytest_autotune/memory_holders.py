@@ -130,7 +130,7 @@ def owed_by_closed(env, view) -> dict[int, tuple[str, int]]:
     return owed
 
 
-def settle(env, item, after: str, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
+def settle(env, item, after: str, timeout_s: Optional[float] = None) -> float:
     """After a sandbox closed (or before a stage starts): the controller's cached blocks go back, then wait (at
     most ``timeout_s``) until no closed sandbox of this controller holds device memory -- by pid, where the
     driver's view can be trusted; else until the device has back the memory that was free when the item began.
@@ -139,6 +139,7 @@ def settle(env, item, after: str, timeout_s: float = SETTLE_TIMEOUT_S) -> float:
     if not item.ctx.memory.budgeted:
         return 0.0
     release(env)
+    timeout_s = SETTLE_TIMEOUT_S if timeout_s is None else timeout_s
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     waits = item.ctx.details.setdefault("memory_settle", [])

@@ -65,6 +65,14 @@ GIB = 1 << 30
 LAYOUT_BUILD = {"contiguous": (1, 1), "offset": (2, 1), "transpose": (2, 1), "stride": (3, 2)}
 
 
+def pattern_peak(float_bytes: int) -> int:
+    """Peak of building one input with a value pattern (problems/inputs.py apply_pattern), in multiples of the
+    input: the draw, then ``mixed_magnitude``'s int64 exponents (8 bytes an element) and their copy in the input's
+    dtype, or ``subnormal``'s sign, uniform draw and product -- 4 for float32 and float64 inputs, 6 for 16-bit ones
+    (tests/test_memory_stages.py measures every pattern and layout against it)."""
+    return max(4, -(-(2 * float_bytes + 8) // max(1, float_bytes)))
+
+
 def fmt_bytes(n: float) -> str:
     """Bytes for messages: GiB above 1 GiB, MiB below."""
     return f"{n / GIB:.2f} GiB" if abs(n) >= GIB else f"{n / (1 << 20):.1f} MiB"
@@ -80,6 +88,8 @@ class CallFootprint:
     param_bytes: int = 0
     work_bytes: int = 0
     source: str = "meta"
+    #: bytes an element of the smallest floating input (a value pattern's temporaries scale with it: pattern_peak)
+    float_bytes: int = 4
 
     @property
     def set_bytes(self) -> int:
@@ -88,7 +98,7 @@ class CallFootprint:
 
     def to_json(self) -> dict:
         return {"input_bytes": self.input_bytes, "output_bytes": self.output_bytes, "param_bytes": self.param_bytes,
-                "work_bytes": self.work_bytes, "source": self.source}
+                "work_bytes": self.work_bytes, "source": self.source, "float_bytes": self.float_bytes}
 
 
 @dataclass(frozen=True)
@@ -245,15 +255,21 @@ def plan_memory(fp: CallFootprint, mem: DeviceMemory, k_wanted: int = 1) -> Memo
     # -- correctness and probes: the golden output computed during the candidate's call where both fit (the probes'
     # plain adversarial set: drawn, then patterned), else after it; where even that cannot run, the item cannot
 
+    pattern = pattern_peak(fp.float_bytes)
+
     def probe_need(layout: str, sequential: bool) -> int:
         b, h = LAYOUT_BUILD[layout]
-        return _call_stage(fp, x, max(b, 2) * i, h * i, sequential)  # a value pattern: a second copy while drawn
+        return _call_stage(fp, x, max(b, pattern) * i, h * i, sequential)
 
-    concurrent = max(_call_stage(fp, x, i, i, sequential=False), probe_need("contiguous", False)) <= avail
+    # concurrent where the correctness calls and every probe layout that fits at all fit so: the probes' coverage
+    # comes before the golden output's head start
+    fitting = [n for n in LAYOUT_BUILD if probe_need(n, True) <= avail] or ["contiguous"]
+    concurrent = max([_call_stage(fp, x, i, i, sequential=False)]
+                     + [probe_need(n, False) for n in fitting]) <= avail
     plain = _call_stage(fp, x, i, i, sequential=not concurrent)
     if not concurrent:
         notes.append(f"golden outputs computed after each candidate call, not during it (together they need "
-                     f"{fmt_bytes(probe_need('contiguous', False))}, {fmt_bytes(avail)} free)")
+                     f"{fmt_bytes(max(probe_need(n, False) for n in fitting))}, {fmt_bytes(avail)} free)")
     needs["correctness"] = plain
     if plain > avail:
         raise DoesNotFit(plain, avail, "correctness", f"the golden output and one candidate call with its input "
@@ -316,4 +332,4 @@ def parse_bytes(text: str) -> int:
 
 __all__ = ["CallFootprint", "DeviceMemory", "DoesNotFit", "MemoryPlan", "UNBUDGETED", "plan_memory", "replan_timing",
            "timing_need",
-           "fmt_bytes", "parse_bytes", "GIB", "LAYOUT_BUILD"]
+           "fmt_bytes", "parse_bytes", "pattern_peak", "GIB", "LAYOUT_BUILD"]

@@ -11,7 +11,7 @@ sets: ``get_inputs()`` called k times after one seeding, or, with ``derive``, on
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -107,11 +107,13 @@ def apply_layout(t: torch.Tensor, layout: Optional[str]) -> torch.Tensor:
 
 
 def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
-                generate_on: Optional[torch.device] = None) -> list:
+                generate_on: Optional[torch.device] = None, between: Optional[Callable[[], None]] = None) -> list:
     """Build the inputs of ``recipe``: from the seed (on ``generate_on`` when given: ``get_inputs()`` then runs
     under that default device, so a GPU draws its own inputs instead of waiting ~1 s per 128M-element randn on
     one CPU thread), then ``to_device``, then the layout. Controller and sandbox must pass the same
-    ``generate_on`` to get the same values."""
+    ``generate_on`` to get the same values. ``between``: called after each pattern and layout step (the item's
+    memory plan gives the allocator's cached blocks back there: a pattern's temporaries freed, then a strided
+    buffer twice the input would otherwise sit beside them; measure/memory.py, "Caches")."""
     sizes = recipe.get("sizes") or {}
     with problem.sizes(sizes):
         if generate_on is not None:
@@ -131,10 +133,15 @@ def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
             pattern = values[i] if i < len(values) else None
             if pattern:
                 x = apply_pattern(x, pattern, domain)
+                if between is not None:
+                    between()
             if to_device is not None:
                 x = to_device(x)
             layout = layouts[i] if i < len(layouts) else None
-            x = apply_layout(x, layout)
+            if layout not in (None, "contiguous"):
+                x = apply_layout(x, layout)
+                if between is not None:
+                    between()
         out.append(x)
     return out
 

@@ -179,6 +179,8 @@ class KernelFlow(BaselineStage, BuildStage, ProbeStage):
         except SandboxFailure as e:
             gate = "memory" if e.kind == "memory" and "device memory" in e.detail else \
                 "timing" if "timing" in e.detail or "warm-up" in e.detail else "sandbox"
+            if gate == "memory":  # who held the device when a sandbox ran out (memory_holders)
+                ctx.details["memory_holders"] = holders(env)
             return FlowVerdict(self._outcome(spec, "error", gate, str(e), warnings=tuple(ctx.warnings),
                                              details=item_details(item)))
         except ProblemLoadError as e:

@@ -52,6 +52,12 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # docs/architecture.md, "The CUDA sample"). [build] (new, optional section): the budget of the sandbox that
     # compiles a candidate's extensions once per item (docs/guide/compiled-candidates.md).
     "9": "70863bb643d2459ce3e6021c713ca38ccca3829e0ed57ae68ac375ab2e345225",
+    # 10: the sample's length does not depend on which arm is faster. On CUDA k is still chosen from the baseline's
+    # calls alone, now long enough that an arm [breaker].max_speedup times faster holds
+    # [devices.cuda].fast_arm_sample_s (new, optional: 2 ms; the baseline's sample 20 ms), within
+    # max_calls_per_sample and the memory bound (measure/sampling.py choose_calls_per_sample;
+    # docs/design/protocol.md, "The sample's length").
+    "10": "7581b3fd300d722e45359de230f6b7c9b5f6fe44822418122e5ec0a342bde66d",
 }
 
 

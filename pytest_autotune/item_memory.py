@@ -142,7 +142,7 @@ def stage_start(env, item, stage: str, need_key: str, live: Sequence = ()) -> Op
     plan: MemoryPlan = item.ctx.memory
     if not plan.budgeted:
         return None
-    waited = settle(env, item, f"before {stage}")
+    waited = settle(env, item, f"the sandboxes closed before {stage}")
     mem = device_memory(env)
     if mem is None:
         return None

@@ -142,13 +142,18 @@ def stage_start(env, item, stage: str, need_key: str, live: Sequence = ()) -> Op
     plan: MemoryPlan = item.ctx.memory
     if not plan.budgeted:
         return None
+    golden = getattr(item, "golden", None)
+    if golden is not None:  # the last stage's golden outputs are not this one's
+        golden.clear()
     waited = settle(env, item, f"the sandboxes closed before {stage}")
     mem = device_memory(env)
     if mem is None:
         return None
-    alive = live_bytes(env, list(live)) if live else 0
-    here = dataclasses.replace(mem, free_bytes=mem.free_bytes + alive)
     base = getattr(item, "memory_plan", None) or plan
+    # a live sandbox holds its context and, until its next request, its last output (what the driver does not say)
+    each = mem.process_bytes + (base.footprint.output_bytes if base.footprint is not None else 0)
+    alive = live_bytes(env, list(live), each) if live else 0
+    here = dataclasses.replace(mem, free_bytes=mem.free_bytes + alive)
     need = int(base.needs.get(need_key, 0))
     record = {"free_bytes": mem.free_bytes, "live_bytes": alive, "need_bytes": need, "waited_s": round(waited, 3)}
     item.ctx.details.setdefault("memory_stages", {})[stage] = record

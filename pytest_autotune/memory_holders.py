@@ -174,15 +174,15 @@ def settle(env, item, after: str, timeout_s: Optional[float] = None) -> float:
     return waited
 
 
-def live_bytes(env, boxes: list) -> int:
+def live_bytes(env, boxes: list, each: int) -> int:
     """What the item's live sandboxes ``boxes`` hold on the device now (the stage about to start counts them in its
-    own need): the driver's bytes for each, else one process's overhead each."""
+    own need): the driver's bytes for each, else ``each`` (a context and the last output)."""
     view = gpu_view(env)
     running = view.running() if view is not None else {}
     total = 0
     for box in boxes:
         held = running.get(box.pid, (None, None))[1]
-        total += int(held) if held is not None else int(env.device.process_overhead_bytes())
+        total += int(held) if held is not None else int(each)
     return total
 
 

@@ -355,3 +355,17 @@ def test_the_sizes_that_would_fit_are_named_and_do_fit() -> None:
     with pytest.raises(DoesNotFit):
         plan_memory(meta_footprint(problem, {"batch_size": 2 * batch}, 0)[0], mem, k_wanted=200)
     assert item_memory.FIT_NAMES >= 2 and "or" in fits  # a second size is named too
+
+
+def test_the_sandbox_a_stage_goes_on_using_is_counted_once() -> None:
+    # the probes run in the correctness sandbox: what it holds now is part of the probe stage's own need; another
+    # process holding as much is not
+    gpu, controller, plan, problem = item_at_start()
+    box = gpu.process("correctness sandbox", 4242)
+    box.alloc(int(plan.available_bytes - plan.needs["probes"]) + 8 * GIB)
+    env = sim_env(gpu, controller, {4242: ("47_Sum", Box(4242))})
+    item = sim_item(plan, problem)
+    stage_start(env, item, "probes", "probes", live=[Box(4242)])
+    assert item.ctx.details["memory_stages"]["probes"]["live_bytes"] == box.context + box.reserved
+    with pytest.raises(DoesNotFit, match=r"sandbox '47_Sum' \(pid 4242"):
+        stage_start(env, item, "probes", "probes")

@@ -7,6 +7,8 @@
 #   bash benchmarks/harness/gpu/h100_jobs.sh anchors OUT --only "19_ReLU 25_Swish"  # those anchors alone
 #   bash benchmarks/harness/gpu/h100_jobs.sh kb-l1 OUT --shard 1/2   # KernelBench Level 1 at published sizes in A/A:
 #                                                                    # problems 1, 3, 5, ... (2/2: 2, 4, 6, ...)
+#   bash benchmarks/harness/gpu/h100_jobs.sh cheats OUT              # the cheat catalog's GPU cheats (KernelBench's
+#                                                                    # adversarial CUDA C++ kernels among them)
 #
 # anchors: one pytest session (`--autotune --autotune-aa --device=cuda`) over the two yardsticks
 # (benchmarks/harness/gpu/problems, their reference-aa items) and the anchors' torch_compile items, in the order that
@@ -18,11 +20,12 @@
 # (`--shard 1/2` and `2/2` always fit). kb-l1: the shard's problems (kb_level1.py choose --shard), `-k reference-aa`,
 # each finished item appended to kb-l1.partial.jsonl; kb_level1.py summarize writes summary.md (accepted, CIs holding
 # 1.0, median |1 - r|, out of memory). KB_DONE="FILE..." skips the items earlier partial files hold (copy one out of
-# an earlier results.tgz into the repository, e.g. .kb-done/, and carry it).
+# an earlier results.tgz into the repository, e.g. .kb-done/, and copy it to the GPU host with it).
 #
-# OUT holds four files, refreshed after every step (the device tool brings back at most eight): log.txt, phases.txt,
+# OUT holds four files, refreshed after every step (few files: a small folder to copy back): log.txt, phases.txt,
 # summary.md and results.tgz (everything: reports, partial JSONL files, the store, do_bench, the anchor gap, jail
-# facts). The work itself is under /tmp/h100-jobs. Staged beside the repository (ignored by git; carry them):
+# facts). The work itself is under /tmp/h100-jobs. Staged beside the repository (ignored by git; copy them to the
+# GPU host with it):
 # .whl/ (bash benchmarks/harness/gpu/fetch_wheels.sh: sqlite-utils, the seccomp bindings, nvidia-ml-py) and, for
 # kb-l1, .kb-level1/ (python3 benchmarks/harness/gpu/kb_level1.py stage --kernelbench <KernelBench checkout>).
 # BUDGET (seconds from the start, default 570) bounds the job; ALLOW_UNSTAGED=1 runs without the wheels (a jail
@@ -43,9 +46,9 @@ while [ $# -gt 0 ]; do
     *) echo "h100_jobs.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case "$MODE" in anchors|kb-l1) ;; *) echo "usage: h100_jobs.sh anchors|kb-l1 OUT [--shard I/N]" >&2; exit 2 ;; esac
+case "$MODE" in anchors|kb-l1|cheats) ;; *) echo "usage: h100_jobs.sh anchors|kb-l1|cheats OUT [--shard I/N]" >&2; exit 2 ;; esac
 [ -n "$OUTDIR" ] || { echo "h100_jobs.sh: name OUT (or set \$OUT)" >&2; exit 2; }
-[ "$MODE" = anchors ] || [ -n "$SHARD" ] || { echo "h100_jobs.sh kb-l1: give --shard I/N (1/2 and 2/2: all 100)" >&2; exit 2; }
+[ "$MODE" != kb-l1 ] || [ -n "$SHARD" ] || { echo "h100_jobs.sh kb-l1: give --shard I/N (1/2 and 2/2: all 100)" >&2; exit 2; }
 [ -f pyproject.toml ] && [ -d pytest_autotune ] || { echo "run from the repository root" >&2; exit 2; }
 BUDGET="${BUDGET:-570}"
 T0=$(date +%s)
@@ -86,7 +89,7 @@ step() {  # step SECONDS COMMAND...: run with a limit (SIGINT first: pytest stil
 } >>"$W/phases.txt" 2>&1
 cat "$W/phases.txt" >>"$LOG"
 
-# ---- install: the carried wheels, then the project (editable: its pytest11 entry point registered)
+# ---- install: the wheels copied along in .whl/, then the project (editable: its pytest11 entry point registered)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$PWD/.site" .whl/*.whl \
     >>"$LOG" 2>&1 || say "wheel install failed"
@@ -105,7 +108,7 @@ timeout 90 python3 "$HERE/jail_facts.py" --gate --json "$W/jail_facts.json" >>"$
 GATE=$?
 grep -E "^jail on this host" "$LOG" | tail -1 | tee -a "$W/phases.txt"
 if [ "$GATE" = 4 ] && [ "${ALLOW_UNSTAGED:-0}" != 1 ]; then
-  say "REFUSED: not staged (bash $HERE/fetch_wheels.sh, then carry .whl/); ALLOW_UNSTAGED=1 to go on"; pack; exit 4
+  say "REFUSED: not staged (bash $HERE/fetch_wheels.sh, then copy .whl/ to the GPU host); ALLOW_UNSTAGED=1 to go on"; pack; exit 4
 elif [ "$GATE" != 0 ]; then
   say "WARNING: the sandbox jail here is weaker than the protocol asks (gate rc=$GATE): see log.txt"
 fi
@@ -143,10 +146,18 @@ if [ "$MODE" = anchors ]; then
       --json "$W/anchor-gap.json" >"$W/anchor-gap.md" 2>>"$LOG"
   fi
   python3 "$HERE/h100_summary.py" anchors "$W" --expect "${PICK[@]}" >"$W/summary.md" 2>>"$LOG"
+elif [ "$MODE" = cheats ]; then
+  # every GPU cheat with its honest companion in one session, KernelBench's adversarial CUDA C++ kernels among them
+  # (nvcc: ~70 s a build): the verdicts must be protocol 9's; then the compiled candidates' build test, if time is left
+  step $(( $(left) - 15 )) python3 -m pytest -p no:cacheprovider -q -rs tests/test_cheat_catalog.py -k gpu_cheat -s \
+    --junitxml="$W/gpu_cheats.xml"
+  step $(( $(left) - 15 )) python3 -m pytest -p no:cacheprovider -q -rs tests/test_build_e2e.py -k cuda_and_triton \
+    --junitxml="$W/compiled_build.xml"
+  grep -hE "^(FAILED|ERROR|PASSED)|passed|failed" "$LOG" | tail -20 >"$W/summary.md"
 else
   KB="${KB_DIR:-.kb-level1}"
   python3 "$HERE/kb_level1.py" choose --shard "$SHARD" --dir "$KB" --json "$W/selection.json" >>"$LOG" 2>&1 \
-    || { say "no .kb-level1/: run kb_level1.py stage --kernelbench <checkout>, carry .kb-level1"; pack; exit 2; }
+    || { say "no .kb-level1/: run kb_level1.py stage --kernelbench <checkout>, copy .kb-level1 to the GPU host"; pack; exit 2; }
   CHOSEN="$(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["problems"]))' "$W/selection.json")"
   say "kb-l1 shard $SHARD: $(echo "$CHOSEN" | wc -w) problems"
   AUTOTUNE_ONLY_PROBLEMS="$CHOSEN" AUTOTUNE_SKIP_DONE="${KB_DONE:-} $W/kb-l1.partial.jsonl" \

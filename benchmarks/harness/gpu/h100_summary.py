@@ -133,7 +133,7 @@ def kb(work: Path, expect: list[str], done: list[str]) -> list[str]:
         lines.append(f"items {len(items)}, median item {statistics.median(secs):.1f} s")
     if missing:
         lines.append(f"not reached ({len(missing)}): {' '.join(missing)} -- go on with them: copy kb-l1.partial.jsonl "
-                     "out of results.tgz into the repository (e.g. .kb-done/), carry it, and run the same shard with "
+                     "out of results.tgz into the repository (e.g. .kb-done/), copy it to the GPU host, and run the same shard with "
                      "KB_DONE=.kb-done/kb-l1.partial.jsonl")
     return lines
 

@@ -72,10 +72,9 @@ def sample_length(k: int, per_call_s: float, plan: TimingPlan, cap: Optional[int
     if plan.max_speedup > 0 and plan.fast_arm_sample_s > 0:
         out["fastest_arm_s"] = k * per_call_s / plan.max_speedup
         out["fast_arm_floor_s"] = plan.fast_arm_sample_s
-    if k * per_call_s < plan.sample_target_s * 0.999:
-        want = math.ceil(plan.sample_target_s / max(per_call_s, 1e-9))
-        out["short_by"] = ("the memory bound" if cap is not None and k >= cap and cap < want
-                           else "max_calls_per_sample" if k >= plan.max_calls_per_sample else "min_calls")
+    if k * per_call_s < plan.sample_target_s * 0.999:  # k = ceil(target / call) unless a bound held it
+        out["short_by"] = ("the memory bound" if cap is not None and k >= cap and cap < plan.max_calls_per_sample
+                           else "max_calls_per_sample")
     return out
 
 

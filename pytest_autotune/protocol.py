@@ -121,7 +121,8 @@ class Protocol:
             plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,
                                        min_calls_per_sample=1,
                                        item_budget_s=c.item_budget_s, ci_target_rel_width=c.ci_target_rel_width,
-                                       process_pairs=c.process_pairs or t.process_pairs)
+                                       process_pairs=c.process_pairs or t.process_pairs,
+                                       fast_arm_sample_s=c.fast_arm_sample_s, max_speedup=self.breaker.max_speedup)
         return plan
 
 

@@ -58,7 +58,12 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # problem that declares no layouts is judged on those its get_inputs() produces, and a wrong answer on another
     # layout is a finding, not a refusal (problems/contract.py). [kernelbench] (new, optional): KernelBench's own
     # verdict on its 5 trials recorded beside ours (gates/kernelbench.py).
-    "10": "ec650eac2f70e68270de8e18f4246e5963737057c7d772be8310ca52d3c2caaf",
+    # the sample's length does not depend on which arm is faster. On CUDA k is still chosen from the baseline's
+    # calls alone, now long enough that an arm [breaker].max_speedup times faster holds
+    # [devices.cuda].fast_arm_sample_s (new, optional: 2 ms; the baseline's sample 20 ms), within
+    # max_calls_per_sample and the memory bound (measure/sampling.py choose_calls_per_sample;
+    # docs/design/protocol.md, "The sample's length").
+    "10": "f2aed71b055a07826f30d6c8cbdae09761199b56150a3a479fe376e2b68b6602",
 }
 
 

@@ -146,6 +146,9 @@ class CudaSection:
     # optional (protocols 1-8: "off", no hold, a sample's time its event time); measure/devices/cuda/head_start.py
     head_start: str = _f(default="off", choices=("off", "spin"))
     head_start_max_s: float = _f(default=0.003, gt=0.0, le=0.1)
+    # optional (protocols 1-9: 0, a sample of min_sample_s of the baseline's calls whatever the candidate's speed);
+    # measure/sampling.py choose_calls_per_sample
+    fast_arm_sample_s: float = _f(default=0.0, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,18 @@ class TimingPlan:
     #: a sandbox's memory limit ([sandbox].memory_mb): where a device's tensors live in the sandbox's own memory, k's
     #: memory bound (measure/sampling.py host_memory_cap); 0: none
     sandbox_memory_bytes: int = 0
+    #: the sample of an arm up to ``max_speedup`` times faster than the baseline holds at least this long (0: no
+    #: such floor; [devices.cuda].fast_arm_sample_s, protocol 10)
+    fast_arm_sample_s: float = 0.0
+    #: [breaker].max_speedup: the most an arm can be faster than the baseline and still be a result
+    max_speedup: float = 0.0
+
+    @property
+    def sample_target_s(self) -> float:
+        """How long the baseline's sample is made (``k`` from its calls alone): ``min_sample_s``, and long enough
+        that an arm ``max_speedup`` times faster still has ``fast_arm_sample_s`` -- the same ``k`` whichever arm is
+        faster (docs/design/protocol.md, "The sample's length")."""
+        return max(self.min_sample_s, self.max_speedup * self.fast_arm_sample_s)
 
 
 @dataclass(frozen=True)

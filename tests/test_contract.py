@@ -74,7 +74,7 @@ def test_a_tf32_matmul_is_refused_and_a_reordered_float32_one_passes():
 def test_a_half_precision_scalar_loss_is_refused_on_rounding_bias_inputs():
     """A mean over 65536 values averages half-precision rounding away on randn inputs (float16 reads ~23x the
     reference's error there, inside the rule); on ``rounding_bias`` inputs every value rounds the same way and the
-    loss is ~1000x off (docs/design/accuracy.md)."""
+    loss is thousands of times off (docs/design/accuracy.md)."""
     g = gen(4)
     a = apply_pattern(torch.randn(65536, generator=g), {"name": "rounding_bias", "seed": 1}, None)
     b = apply_pattern(torch.randn(65536, generator=g), {"name": "rounding_bias", "seed": 2}, None)

@@ -91,6 +91,9 @@ class CorrectnessGate(Gate):
             if call.new_threads > ctx.protocol.integrity.max_new_threads:
                 return GateOutcome.refuse(
                     "integrity", f"{where}: {call.new_threads} new thread(s) still running after the call returned")
+            # this recipe's golden output and copy of the candidate's go before the next recipe's are made: the
+            # item's memory plan counts one of each (measure/memory.py)
+            del call, golden
         ctx.evidence.max_rel_err = worst
         if envelope > 0.0:
             assert ctx.evidence.accuracy is not None

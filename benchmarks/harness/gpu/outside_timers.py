@@ -264,6 +264,8 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             "dobench_pinned_synced": pinned_synced,
             "abs_log_ratio_pinned_synced": dev(pinned_synced),
         })
+        if getattr(args, "out", None):  # what is done so far, for a run cut short by its time limit
+            Path(args.out + ".partial").write_text(json.dumps({"rows": rows}, indent=1, default=str))
         print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours or 0:6.3f}  do_bench {db:6.3f}  "
               f"kb-mean {kb or 0:6.3f}  "
               f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}  "

@@ -25,6 +25,8 @@ from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, Pro
 from .report.precision import MOST_PAIRS
 from .session import AutotuneSession
 
+pytest_plugins = ["pytest_autotune.build.prebuild"]  # the build pool before the first item (build/prebuild.py)
+
 
 def _device_choice(value: str) -> str:
     if not value or not value.replace("_", "").replace("-", "").isalnum():
@@ -43,7 +45,6 @@ def _existing_dir(value: str) -> str:
 
 def _iteration(value: str) -> int:
     import argparse
-
     try:
         v = int(value)
     except ValueError:
@@ -78,7 +79,6 @@ def _k_override(value: str) -> str:
 
 def _pairs(value: str) -> int:
     import argparse
-
     if not value.isdigit() or not 1 <= int(value) <= MOST_PAIRS:
         raise argparse.ArgumentTypeError(f"{value!r}: give a number of pairs of processes from 1 to {MOST_PAIRS}")
     return int(value)

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -69,6 +70,8 @@ class SandboxPool:
         self._plan: Optional[JailPlan] = None
         self._zygote: Optional[Zygote] = None
         self._count = 0
+        #: starts one sandbox at a time (the zygote, the count, the cgroups); the build pool starts from threads
+        self._starting = threading.Lock()
 
     @property
     def watch_tasks(self) -> bool:
@@ -137,10 +140,12 @@ class SandboxPool:
         max_processes = max_processes or self.max_processes
         if not self.plan.view:  # no private /tmp: compiled code's scratch folders go where close() removes them
             init = {**init, "scratch": str(self.workdir)}
-        self._count += 1
-        log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
+        with self._starting:
+            self._count += 1
+            log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         group: Optional[SandboxCgroup] = None
+        self._starting.acquire()
         try:
             if self.mode == "zygote":
                 z = self._get_zygote()
@@ -175,6 +180,7 @@ class SandboxPool:
                 handle = PopenHandle(proc)
         finally:
             theirs.close()
+            self._starting.release()
         box = Sandbox(Channel(ours), handle, log, self, group, memory_bytes=memory_bytes, max_processes=max_processes,
                       limits_key=limits_key)
         box.hello = box.request(init, timeout=self.start_timeout_s + self.timeout_s, phase="load")

@@ -25,7 +25,7 @@ from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, Pro
 from .report.precision import MOST_PAIRS
 from .session import AutotuneSession
 
-pytest_plugins = ["pytest_autotune.build.prebuild"]  # the build pool before the first item (build/prebuild.py)
+pytest_plugins = ["pytest_autotune.build.prebuild", "pytest_autotune.published"]  # build pool; published numbers
 
 
 def _device_choice(value: str) -> str:

@@ -49,7 +49,7 @@ from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, REFERENCE_BASELINE, KernelItemSpec, SourceFile
 from .result import ItemOutcome, QuarantineRecord
 from .sandbox.runner import Sandbox, SandboxFailure
-from .seeds import SeedSource
+from .seeds import SeedSource, problem_init_seed
 
 #: pairs of processes every timed item gets whatever its budget (protocols 3-4 had exactly these two); the pairs
 #: after them start only while the item's timing is within its budget (``KernelFlow._timed``)
@@ -159,7 +159,7 @@ class KernelFlow(BaselineStage, BuildStage, ProbeStage):
             return FlowVerdict(self._outcome(spec, "rejected", "load", f"problem {e.path}: {e.reason}"))
         sizes = problem.sizes_for(spec.device)
         # both arms are built from one seed per problem and device, so a problem's items share parameters
-        init_seed = SeedSource(env.nonce, f"{spec.problem.name}|@init|{spec.device}").seed("init")
+        init_seed = problem_init_seed(env.nonce, spec.problem.name, spec.device)
         golden = PlannedGolden(problem, env.device, sizes, init_seed)
         ctx = GateContext(nodeid=spec.nodeid, protocol=env.protocol, problem=problem, candidate=spec.candidate,
                           device=env.device, seeds=seeds, sizes=sizes, measuring=env.measuring, golden=golden)

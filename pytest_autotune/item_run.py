@@ -54,6 +54,7 @@ class FlowEnv:
     #: the build cache's folder (build/cache.py build_root); None: builds are not kept
     build_root: Optional[Path] = None
     builds: dict = field(default_factory=dict)  # (problem sha, candidate sha) -> the item's build (init payload)
+    prebuilt: dict = field(default_factory=dict)  # build key -> what the session's build pool made of it (build/)
     #: --autotune-pairs / --autotune-max-pairs: pairs of processes per item instead of the protocol's (None: the
     #: protocol's)
     process_pairs: Optional[int] = None

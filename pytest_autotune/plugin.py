@@ -25,6 +25,8 @@ from .problems.loader import LoadedProblem
 from .problems.model import AA_CANDIDATE_NAME, CandidateRef, KernelItemSpec, ProblemRef, SourceFile
 from .session import AutotuneSession
 
+pytest_plugins = ["pytest_autotune.build.prebuild", "pytest_autotune.published"]  # build pool; published numbers
+
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspec)

@@ -35,6 +35,12 @@ def derive_seeds(nonce: bytes, item_key: str, purpose: str, count: int) -> tuple
     return tuple(derive_seed(nonce, item_key, purpose, i) for i in range(count))
 
 
+def problem_init_seed(nonce: bytes, problem: str, device: str) -> int:
+    """The seed both arms of every item of ``problem`` on ``device`` build their modules from (so a problem's items
+    share parameters), and the build sandbox its candidate's."""
+    return SeedSource(nonce, f"{problem}|@init|{device}").seed("init")
+
+
 class SeedSource:
     """Seeds for one item. ``item_key`` is stable across processes (problem, candidate, device), so xdist workers
     derive the same seeds as the controller would."""

@@ -27,6 +27,7 @@ from .problems.model import KernelItemSpec
 from .protocol import Protocol, find_protocol, load_protocol
 from .protocol_registry import freeze_status
 from .provenance import ProvenanceError, budget_scale, collect, git_state
+from .published import attach as attach_published
 from .recording import ControllerRecorder, Recorder, WorkerRecorder
 from .report.snapshot import Isolation, SessionSnapshot
 from .result import ItemOutcome, RunRecord
@@ -316,7 +317,7 @@ class AutotuneSession:
             self._pool.drop_unused_zygote()
 
     def run_item(self, spec: KernelItemSpec) -> "FlowVerdict":
-        verdict = self.studies.attach(self.flow().run(spec), spec)
+        verdict = attach_published(self.config, self.studies.attach(self.flow().run(spec), spec), spec)
         if not self.is_worker:
             verdict = dataclasses.replace(verdict, outcome=self.annotate(verdict.outcome))
         self.add_verdict(verdict)

@@ -6,6 +6,7 @@ that hung -- and a cache hit that starts no sandbox."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -70,7 +71,7 @@ def _env(tmp_path: Path, reply: Any) -> SimpleNamespace:
     return SimpleNamespace(pool=FakePool(reply), protocol=load_protocol(PACKAGED_PROTOCOL),
                            device=SimpleNamespace(framework="torch", fingerprint=lambda: {}),
                            device_spec=SimpleNamespace(name="cpu"), build_root=tmp_path / "build", builds={},
-                           lock=SimpleNamespace(shared=contextlib.nullcontext))
+                           prebuilt={}, run_id=uuid.uuid4().hex, lock=SimpleNamespace(shared=contextlib.nullcontext))
 
 
 def _item(source: bytes = TRITON_SOURCE) -> SimpleNamespace:
@@ -82,6 +83,11 @@ def _item(source: bytes = TRITON_SOURCE) -> SimpleNamespace:
     return SimpleNamespace(spec=spec, ctx=ctx, cand_src=SourceFile(Path("c.py"), source, "c" * 64),
                            problem_src=SourceFile(Path("p.py"), b"", "p" * 64), sizes={"n": 4}, init_seed=1, boxes={},
                            free_at_start=None, started=0.0)
+
+
+def _entries(root: Path) -> list[str]:
+    """The cache's entries (its dot-folders are the keys' locks and the run's records, not entries)."""
+    return [p.name for p in root.iterdir() if not p.name.startswith(".")] if root.is_dir() else []
 
 
 def _u8(data: bytes) -> torch.Tensor:
@@ -124,7 +130,7 @@ def test_what_the_build_refuses(tmp_path: Path) -> None:
     big = _reply(files={"triton/a": _u8(b"x")}, bytes=600 << 20)
     v = Stage(_env(tmp_path, big)).build(_item())
     assert v.outcome.gate == "build" and "over the protocol's 512 MiB ([build].max_artifact_mb)" in v.outcome.reason
-    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir())  # nothing refused is kept
+    assert not _entries(tmp_path / "build")  # nothing refused is kept
 
 
 def test_a_build_cut_short_by_the_candidate_is_used_but_not_cached(tmp_path: Path) -> None:
@@ -132,7 +138,7 @@ def test_a_build_cut_short_by_the_candidate_is_used_but_not_cached(tmp_path: Pat
     item = _item(b"from torch.utils.cpp_extension import load_inline\n")
     assert Stage(env).build(item) is None
     assert item.ctx.details["build"]["raised"] == "RuntimeError: boom (at c.py:3)"
-    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir())
+    assert not _entries(tmp_path / "build")
 
 
 def test_a_plain_candidate_has_no_build_stage_and_a_hung_build_is_an_error(tmp_path: Path) -> None:
@@ -177,7 +183,7 @@ def test_a_malformed_build_reply_is_the_sandboxs_error_not_the_controllers(tmp_p
     v = Stage(_env(tmp_path, _reply(**bad))).build(_item())
     assert (v.outcome.verdict, v.outcome.gate) == ("error", "build")
     assert "malformed" in v.outcome.reason or "plain relative path" in v.outcome.reason, v.outcome.reason
-    assert not (tmp_path / "build").exists() or not any((tmp_path / "build").iterdir())
+    assert not _entries(tmp_path / "build")
     assert not (tmp_path / "outside.so").exists()
 
 

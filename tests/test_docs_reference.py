@@ -135,10 +135,14 @@ class _Parser(_Group):
 
 
 def plugin_options() -> list[str]:
+    """The plugin's options, and those of the modules it loads with it (its ``pytest_plugins``)."""
+    import importlib
+
     from pytest_autotune import plugin
 
     names: list[str] = []
-    plugin.pytest_addoption(_Parser(names))  # type: ignore[arg-type]
+    for module in (plugin, *(importlib.import_module(m) for m in plugin.pytest_plugins)):
+        module.pytest_addoption(_Parser(names))  # type: ignore[arg-type]
     return names
 
 

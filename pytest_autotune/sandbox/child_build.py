@@ -2,10 +2,13 @@
 before its arm is imported (:func:`prepare_compiled`), and the build sandbox's one command, ``build`` (:func:`h_build`).
 
 * ``build``: a scratch folder of its own (the jail's private ``/tmp``); torch's loaders recorded
-  (:class:`~.ext_loaders.Recorder`), Triton's cache and autotuning results kept in the scratch folder. ``build``
+  (:class:`~.ext_loaders.Recorder`), Triton's cache and autotuning results kept in the scratch folder; ninja's
+  parallelism from ``init["max_jobs"]`` where the build pool chose it (``MAX_JOBS``, build/pool.py). ``build``
   imports the candidate, builds ``ModelNew`` and runs it once on the problem's inputs, so that lazy builds (in
   ``__init__`` or the first ``forward``), Triton's JIT compilation and its autotuning all happen here; it answers
   with the built objects' bytes, what failed with the compiler's whole output, and nothing else of the folder.
+  The pool asks for it in two steps (``"stage": "import"``, then ``"call"``), so that the builds' compilers run side
+  by side while the one call that uses the device runs one at a time; ``"all"`` (the default) does both.
 * ``candidate`` with the item's build (the controller verified its digests and put it in the init message): the
   objects written to a scratch folder of its own, read-only, Triton's cache beside them; torch's loaders answer
   from them (:class:`~.ext_loaders.Replayer`) and no compiler runs.
@@ -44,6 +47,10 @@ class ExtState:
     mode: str = "none"
     scratch: Optional[Path] = None
     recorder: Optional[Recorder] = None
+    #: a staged build between its two requests: the model built by ``import``, what it raised, its seconds
+    model: Any = None
+    raised: Optional[tuple[str, str, bool]] = None
+    seconds: float = 0.0
 
 
 def prepare_compiled(init: dict, role: str) -> ExtState:
@@ -56,6 +63,8 @@ def prepare_compiled(init: dict, role: str) -> ExtState:
         scratch = Path(tempfile.mkdtemp(prefix="autotune-build-", dir=init.get("scratch")))
         _triton_env(scratch)
         os.environ["TORCH_EXTENSIONS_DIR"] = str(scratch / "torch_extensions")
+        if init.get("max_jobs"):  # ninja's parallel compilers, as the build pool shares the cores (build/pool.py)
+            os.environ["MAX_JOBS"] = str(int(init["max_jobs"]))
         _ninja_on_path()
         rec = Recorder(scratch / EXT_DIR)
         on_import(EXT_MODULE, rec.install)
@@ -142,27 +151,32 @@ def _collect(ext: ExtState, max_bytes: int) -> tuple[dict[str, torch.Tensor], in
 
 
 def h_build(st: ChildState, msg: dict) -> dict:
-    """Import the candidate, build ``ModelNew``, run it once on the problem's inputs (seed from the controller),
-    then answer with what was built. A failed compile is in ``failures`` whether or not the candidate caught it."""
-    from ..problems.loader import load_class, short_exc
-    from ..problems.model import SourceFile
+    """Import the candidate, build ``ModelNew`` (``stage`` "import"), run it once on the problem's inputs (seed from
+    the controller; ``stage`` "call"), then answer with what was built; ``stage`` "all" (the default) does both. A
+    failed compile is in ``failures`` whether or not the candidate caught it."""
+    from ..problems.loader import short_exc
 
     ext = st.ext
     assert ext.mode == "build" and ext.recorder is not None
-    t0 = time.perf_counter()
-    raised, trace, triton_failed = None, "", False
-    try:
-        src = st.init["source"]
-        st.arm_cls = load_class(SourceFile(Path(src["path"]), src["source"], src["sha256"]),
-                                st.init.get("class_name", "ModelNew"), "candidate")
-        model = st.model()
-        inputs = st.inputs({"seed": int(msg["seed"])})
-        out = st.call(model, inputs)
-        st.device.synchronize()
-        del inputs, out
-    except Exception as e:  # noqa: BLE001 - the candidate's own error: the gates after the build report it
-        raised, trace, triton_failed = short_exc(e), traceback.format_exc(limit=12), triton_failure(e)
-    seconds = time.perf_counter() - t0
+    stage = str(msg.get("stage", "all"))
+    if stage not in ("import", "call", "all"):
+        raise ValueError(f"unknown build stage {stage!r}")
+    if stage != "call" or (ext.model is None and ext.raised is None):
+        _import_and_build(st)
+    if stage == "import":
+        return {"imported": ext.raised is None, "seconds": round(ext.seconds, 3)}
+    if ext.raised is None:
+        t0 = time.perf_counter()
+        try:
+            inputs = st.inputs({"seed": int(msg["seed"])})
+            out = st.call(ext.model, inputs)
+            st.device.synchronize()
+            del inputs, out
+        except Exception as e:  # noqa: BLE001 - the candidate's own error: the gates after the build report it
+            ext.raised = (short_exc(e), traceback.format_exc(limit=12), triton_failure(e))
+        ext.seconds += time.perf_counter() - t0
+    ext.model = None
+    raised, trace, triton_failed = ext.raised or (None, "", False)
     files, total = _collect(ext, int(msg.get("max_bytes", 1 << 62)))
     triton = None
     try:
@@ -174,4 +188,21 @@ def h_build(st: ChildState, msg: dict) -> dict:
     return {"calls": list(ext.recorder.calls.values()), "failures": ext.recorder.failures, "files": files,
             "bytes": total, "raised": raised, "trace": trace, "triton_failed": triton_failed,
             "triton_root": str(ext.scratch / TRITON_DIR) if ext.scratch else None, "triton": triton,
-            "seconds": round(seconds, 3)}
+            "seconds": round(ext.seconds, 3)}
+
+
+def _import_and_build(st: ChildState) -> None:
+    """The candidate imported and its ``ModelNew`` built (where its compilers usually run), kept for the call."""
+    from ..problems.loader import load_class, short_exc
+    from ..problems.model import SourceFile
+
+    ext = st.ext
+    t0 = time.perf_counter()
+    try:
+        src = st.init["source"]
+        st.arm_cls = load_class(SourceFile(Path(src["path"]), src["source"], src["sha256"]),
+                                st.init.get("class_name", "ModelNew"), "candidate")
+        ext.model = st.model()
+    except Exception as e:  # noqa: BLE001 - the candidate's own error: the gates after the build report it
+        ext.raised = (short_exc(e), traceback.format_exc(limit=12), triton_failure(e))
+    ext.seconds += time.perf_counter() - t0

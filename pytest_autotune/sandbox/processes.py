@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -70,6 +71,8 @@ class Zygote:
             )
         child.close()
         self.ctl = parent
+        #: one request at a time on the control socket: the build pool forks and reaps from several threads
+        self._lock = threading.Lock()
         if wait:
             self.ready()
 
@@ -97,13 +100,14 @@ class Zygote:
         """(pid in the controller's pid namespace, pid in the zygote's, the task limit's listener or None: the
         caller's to serve or close). The log file is opened here, by the controller: the zygote's view of the file
         system is read-only."""
-        self.ready()
-        log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd, log_fd])
-        finally:
-            os.close(log_fd)
-        data, fds, _flags, _addr = socket.recv_fds(self.ctl, 1 << 16, 2)
+        with self._lock:
+            self.ready()
+            log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                socket.send_fds(self.ctl, [json.dumps({"cmd": "fork", "log": str(log)}).encode()], [fd, log_fd])
+            finally:
+                os.close(log_fd)
+            data, fds, _flags, _addr = socket.recv_fds(self.ctl, 1 << 16, 2)
         reply = json.loads(data)
         zpid = int(reply["pid"])
         host, listener = None, None
@@ -122,8 +126,9 @@ class Zygote:
 
     def wait(self, pid: int, timeout: float) -> dict:
         """``pid``: the zygote's pid of the sandbox."""
-        self.ctl.send(json.dumps({"cmd": "wait", "pid": pid, "timeout": timeout}).encode())
-        return json.loads(self.ctl.recv(1 << 16))
+        with self._lock:
+            self.ctl.send(json.dumps({"cmd": "wait", "pid": pid, "timeout": timeout}).encode())
+            return json.loads(self.ctl.recv(1 << 16))
 
     def close(self) -> None:
         try:

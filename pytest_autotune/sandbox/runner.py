@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
@@ -72,6 +73,8 @@ class SandboxPool:
         #: one is known to be back (memory_holders.settle prunes them)
         self.started: dict[int, tuple[str, Any]] = {}
         self._count = 0
+        #: starts one sandbox at a time (the zygote, the count, the cgroups); the build pool starts from threads
+        self._starting = threading.Lock()
 
     @property
     def watch_tasks(self) -> bool:
@@ -140,10 +143,12 @@ class SandboxPool:
         max_processes = max_processes or self.max_processes
         if not self.plan.view:  # no private /tmp: compiled code's scratch folders go where close() removes them
             init = {**init, "scratch": str(self.workdir)}
-        self._count += 1
-        log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
+        with self._starting:
+            self._count += 1
+            log = self.workdir / f"{self._count:04d}-{_safe(label)}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         group: Optional[SandboxCgroup] = None
+        self._starting.acquire()
         try:
             if self.mode == "zygote":
                 z = self._get_zygote()
@@ -178,6 +183,7 @@ class SandboxPool:
                 handle = PopenHandle(proc)
         finally:
             theirs.close()
+            self._starting.release()
         box = Sandbox(Channel(ours), handle, log, self, group, memory_bytes=memory_bytes, max_processes=max_processes,
                       limits_key=limits_key)
         self.started[handle.pid] = (label, box)

@@ -1,0 +1,2 @@
+"""Importers of agents' published solutions into problems and candidates the plugin runs (docs/reference/cli.md,
+``autotune import``)."""

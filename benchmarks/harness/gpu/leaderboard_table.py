@@ -2,7 +2,7 @@
 
     python3 benchmarks/harness/gpu/leaderboard_table.py --published SUITE/published.json \
         --items RUN/lb.partial.jsonl [RUN2/lb.partial.jsonl ...] [--dobench RUN/lb-dobench.json ...] \
-        --md docs/results/leaderboard.md-table --json summary.json
+        --md lb.md --json lb-summary.json
 
 ``--items``: the session's items (JSON report or the harness plugin's partial JSONL: one item a line, later files
 win for the same node id). One row per imported candidate: its problem and model, the speedup its source published and

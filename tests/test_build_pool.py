@@ -59,7 +59,39 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return x.clamp_min(0.0)
 '''
-GOOD = ("cpp_a", "cpp_b", "cpp_c")
+# Cheat: from its build sandbox, write into the build cache's folder and overwrite the objects of every other build
+# it can find under the test's folder (the pools' scratch folders where the jail gives no private /tmp), over and
+# over while its neighbours build; then build an honest ReLU. Refused by the jail's view: the cache is hidden and
+# read-only, each build's scratch folder is in its own /tmp (else the pool builds one at a time).
+POISON = CPP.replace('print("BUILD-MARK {name}", flush=True)', """print("BUILD-MARK {name}", flush=True)
+import glob
+import os
+import time
+
+
+def _attempt(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+def _write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+for _ in range(30):
+    for cache in glob.glob(os.path.join({root!r}, "*", "results.db.build")):
+        _attempt(lambda: _write(os.path.join(cache, "f" * 64, "POISON"), b"POISON"))
+        for entry in glob.glob(os.path.join(cache, "*", "files", "**", "*.so"), recursive=True):
+            _attempt(lambda: _write(entry, b"POISON"))
+    for so in glob.glob(os.path.join({root!r}, "**", "*.so"), recursive=True):  # the test's folders only
+        if "pool_cpp_poison" not in so:
+            _attempt(lambda: _write(so, b"POISON"))
+    time.sleep(0.05)""")
+GOOD = ("cpp_a", "cpp_b", "cpp_c", "cpp_poison")
 
 
 def _session(pt: pytest.Pytester, name: str, *args: str) -> SimpleNamespace:
@@ -98,8 +130,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
         folder = pt.path / "suite" / "candidates" / "relu"
         folder.mkdir(parents=True)
         (pt.path / "suite" / "relu.py").write_text(F.RELU)
-        for name in GOOD:
+        for name in GOOD[:-1]:
             (folder / f"{name}.py").write_text(CPP.format(name=name))
+        (folder / "cpp_poison.py").write_text(POISON.format(name="cpp_poison", root=str(pt.path)))
         (folder / "cpp_broken.py").write_text(BROKEN)
         (pt.path / "protocol.toml").write_text(fast_protocol_text(**{"probes.max_examples": "0"}))
         yield SimpleNamespace(
@@ -128,7 +161,18 @@ def test_every_build_is_made_by_the_pool_before_the_first_item(runs) -> None:
     done = next(i for i, ln in enumerate(lines) if ln.startswith("autotune: build pool done"))
     first_item = next(i for i, ln in enumerate(lines) if ln.startswith("suite/relu.py"))
     assert done < first_item, t.out[:3000]
-    assert "4 compiled candidate(s)" in t.out and "3 built here" in t.out and "1 failed" in t.out
+    assert "5 compiled candidate(s)" in t.out and "4 built here" in t.out and "1 failed" in t.out
+
+
+def test_a_build_cannot_reach_the_cache_or_the_builds_beside_it(runs) -> None:
+    """cpp_poison wrote wherever it could reach while the others built: nothing of it landed, and every build it
+    aimed at was accepted with its own objects."""
+    for session in (runs.timed, runs.xdist, runs.off):
+        assert not list(session.cache.rglob("POISON")), session.out[-2000:]
+        for so in session.cache.rglob("*.so"):
+            assert so.read_bytes() != b"POISON", so
+        for name in GOOD:
+            assert session.items[name]["verdict"] == "accepted", session.items[name]["reason"]
 
 
 def test_a_failed_build_still_refuses_its_item_with_the_compilers_first_error(runs) -> None:

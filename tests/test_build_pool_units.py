@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from pytest_autotune.build.builder import Builder, BuildJob
-from pytest_autotune.build.pool import PoolPlan, plan_pool, run_pool, spread
+from pytest_autotune.build.pool import PoolPlan, apart, one_at_a_time, plan_pool, run_pool, spread
 from pytest_autotune.build.shared import KeyLock, RunRecords, clear_run, clear_stale
 from pytest_autotune.problems.model import SourceFile
 from pytest_autotune.protocol import PACKAGED_PROTOCOL, load_protocol
@@ -46,6 +46,17 @@ def test_the_width_can_be_set_and_a_few_builds_get_many_compilers() -> None:
     assert (p.width, p.jobs) == (14, 1) and "memory" in p.why  # 0.9 x 128 GiB holds 14 builds of 8 GiB
     assert plan_pool(50, 16, 128 * GIB, 8192, override=4).width == 4
     assert plan_pool(2, 16, 128 * GIB, 8192, override=4).width == 2
+
+
+def test_builds_run_side_by_side_only_where_they_cannot_reach_each_other() -> None:
+    from pytest_autotune.sandbox.jail_plan import JailPlan
+
+    assert apart(JailPlan(isolation="full", view=True, namespaces=("pid", "mount")))
+    for jail in (JailPlan(), JailPlan(isolation="full", view=True, namespaces=("mount",)),
+                 JailPlan(isolation="full", view=False, namespaces=("pid", "mount"))):
+        assert not apart(jail)
+    narrowed = one_at_a_time(plan_pool(8, 16, 128 * GIB, 8192), "no private /tmp")
+    assert (narrowed.width, narrowed.jobs, narrowed.why) == (1, 16, "no private /tmp")
 
 
 def test_each_worker_starts_at_its_own_place_and_builds_every_job() -> None:
@@ -142,8 +153,12 @@ def _job(i: int) -> BuildJob:
                     1, 2, "ModelNew", f"p|c{i}|cpu")
 
 
-def _builder(root: Path, pool: Sandboxes, run_id: Optional[str] = None) -> Builder:
-    return Builder(_env(root, pool, run_id or uuid.uuid4().hex), lambda job: {"role": "build"})  # type: ignore[arg-type]
+def _builder(root: Path, pool: Sandboxes, run_id: Optional[str] = None, process: Optional[int] = None) -> Builder:
+    """A process's builder (``process``: another process of the run than this one's)."""
+    b = Builder(_env(root, pool, run_id or uuid.uuid4().hex), lambda job: {"role": "build"})  # type: ignore[arg-type]
+    if process is not None:
+        b.process = process
+    return b
 
 
 def _plan(width: int, jobs: int = 1) -> PoolPlan:
@@ -175,7 +190,7 @@ def test_a_second_process_waits_for_the_first_and_reads_its_build(tmp_path: Path
     run_id = uuid.uuid4().hex
     first, second = Sandboxes(), Sandboxes()
     first.release.clear()  # the first process's build hangs in its call until released
-    a, b = _builder(tmp_path, first, run_id), _builder(tmp_path, second, run_id)
+    a, b = _builder(tmp_path, first, run_id), _builder(tmp_path, second, run_id, process=-2)
     job = _job(0)
     out: dict = {}
     t = threading.Thread(target=lambda: out.setdefault("a", a.obtain(job, block=True, built_by="pool",
@@ -204,10 +219,13 @@ def test_a_failure_is_read_by_the_runs_other_processes_and_cleared_with_the_run(
     assert first is not None and first.failure is not None and first.failure.reason.startswith("main.cpp:2:13")
     assert not (tmp_path / _job(0).key).exists()  # never cached
     other = Sandboxes()
-    again = _builder(tmp_path, other, run_id).obtain(_job(0), block=True, built_by="pool", keep_bytes=False)
+    again = _builder(tmp_path, other, run_id, process=-2).obtain(_job(0), block=True, built_by="pool",
+                                                                  keep_bytes=False)
     assert again is not None and other.started == 0 and again.built_by == "other_process"
     assert (again.failure.verdict, again.failure.reason) == ("rejected", first.failure.reason)  # type: ignore
     assert "main.cpp:2:13" in again.log
+    mine = _builder(tmp_path, Sandboxes(), run_id).obtain(_job(0), block=True, built_by="item", keep_bytes=False)
+    assert mine is not None and mine.built_by == "cache"  # this process's own record: not another's
     later_run = _builder(tmp_path, Sandboxes(), uuid.uuid4().hex)  # a later run builds it again
     assert later_run.lookup(_job(0).key, keep_bytes=False)[0] is None
     assert RunRecords(tmp_path, run_id).failure(_job(0).key) is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,8 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..problems.model import SourceFile
     from ..sandbox.runner import Sandbox
 
-#: who made the build an item uses: this process's pool, another process (an xdist worker; this one waited for its
-#: lock), an earlier session (the cache), or the item's own flow (no pool, or the pool's entry went missing)
+#: who made the build an item uses: this process's pool, another process of the run (an xdist worker), nobody this
+#: run needed (found in the cache), or the item's own flow (no pool, or the pool's entry went missing)
 BUILT_BY = ("pool", "other_process", "cache", "item")
 
 
@@ -83,6 +84,7 @@ class Builder:
         root = env.build_root
         self.cache = BuildCache(root) if root is not None else None
         self.records = RunRecords(root, env.run_id) if root is not None else None
+        self.process = os.getpid()  # who built what: this process, or another of the run (an xdist worker)
         self._running: set = set()  # build sandboxes alive now (the pool's threads)
         self._running_lock = threading.Lock()
 
@@ -107,15 +109,18 @@ class Builder:
             except CacheError as e:
                 warnings.append(f"the build cache's entry {key[:16]} could not be used and was built again: {e}")
                 continue
-            if entry is not None:  # built by this run (another of its processes) or by an earlier one
-                by = "other_process" if entry.manifest.get("run_id") == self.env.run_id else "cache"
+            if entry is not None:  # built by another process of this run, or found in the cache
+                m = entry.manifest
+                other = m.get("run_id") == self.env.run_id and m.get("pid") != self.process
+                by = "other_process" if other else "cache"
                 return BuildResult(key, by, entry if keep_bytes else None, where,
                                    seconds=time.perf_counter() - t0, warnings=warnings), []
         rec = self.records.failure(key) if self.records is not None else None
         if rec is not None:
             outcome = GateOutcome(str(rec.get("gate") or "build"), rec["reason"],
                                   verdict="error" if rec.get("verdict") == "error" else "rejected")
-            return BuildResult(key, "other_process", failure=outcome, log=str(rec.get("log") or ""),
+            by = "other_process" if rec.get("pid") != self.process else "cache"
+            return BuildResult(key, by, failure=outcome, log=str(rec.get("log") or ""),
                                seconds=float(rec.get("seconds") or 0.0), warnings=warnings), []
         return None, warnings
 
@@ -168,7 +173,7 @@ class Builder:
                 self._try(lambda: self.records.write_failure(result.key, {  # type: ignore[union-attr]
                     "gate": result.failure.gate, "verdict": result.failure.verdict,  # type: ignore[union-attr]
                     "reason": result.failure.reason, "log": result.log,  # type: ignore[union-attr]
-                    "seconds": round(result.seconds, 3)}), result)
+                    "seconds": round(result.seconds, 3), "pid": self.process}), result)
             return
         entry = result.entry
         assert entry is not None
@@ -282,7 +287,7 @@ class Builder:
                     "flags": sorted({f for c in calls for f in c.get("flags", [])}), "toolchain": dict(job.toolchain),
                     "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                     "candidate_sha256": job.cand_src.sha256, "problem_sha256": job.problem_src.sha256,
-                    "run_id": self.env.run_id}
+                    "run_id": self.env.run_id, "pid": self.process}
         if reply.get("raised"):
             # the candidate raised before its build was complete: this item goes on with what was built (its gates
             # report the error), and nothing is cached, so that a later run builds it again

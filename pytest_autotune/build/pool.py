@@ -19,6 +19,10 @@ side by side, then its one call on the problem's inputs -- the call that trigger
 autotuning -- one at a time on a device whose memory the builds share (CUDA: KernelBench's inputs take up to 16 GB
 a set), side by side on the CPU (each call within its own sandbox's memory limit).
 
+**Apart.** Builds run side by side only where each build sandbox has a private /tmp and a pid namespace of its own
+(the jail's view): elsewhere a candidate's build could reach the objects of one built beside it, so the pool builds
+one at a time (:func:`apart`).
+
 **Several processes.** xdist workers each collect every item, so each runs a pool over all the selected builds;
 each starts at a different place in the list, takes a key's lock (build/shared.py) before building it, and skips a
 key another process is building, coming back to it once its own list is done (it then waits for that lock and
@@ -34,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .builder import Builder, BuildJob, BuildResult
 
@@ -105,6 +109,18 @@ def plan_pool(builds: int, cores: int, available: Optional[int], memory_mb: int,
         why = (f"min({builds} builds, {share} cores{'' if workers == 1 else f' of {cores} over {workers} workers'}, "
                f"{mem_width} x [build].memory_mb={memory_mb} in {MEMORY_SHARE:g} x MemAvailable): set by {limit}")
     return PoolPlan(width, max(1, share // width), share, mem_width, workers, why)
+
+
+def one_at_a_time(plan: PoolPlan, why: str) -> PoolPlan:
+    """The plan narrowed to one build at a time, with every core for its compilers."""
+    return PoolPlan(1, plan.cores, plan.cores, plan.memory_width, plan.workers, why)
+
+
+def apart(jail: Any) -> bool:
+    """Whether build sandboxes running at once cannot reach each other: each has a private /tmp (its scratch folder,
+    its objects before they are sent) and a pid namespace of its own. Where the jail gives less, the pool builds one
+    at a time (two candidates' builds side by side could then overwrite each other's objects)."""
+    return bool(getattr(jail, "view", False)) and "pid" in tuple(getattr(jail, "namespaces", ()))
 
 
 def run_pool(builder: Builder, jobs: list[BuildJob], plan: PoolPlan, device_shared: bool,

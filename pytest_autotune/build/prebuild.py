@@ -66,7 +66,7 @@ def prebuild(s: "AutotuneSession", items: list, override: Optional[int], write: 
     specs = [spec for spec in (getattr(item, "spec", None) for item in items) if isinstance(spec, KernelItemSpec)]
     if not specs:
         return
-    from .pool import available_memory, host_cores, plan_pool, run_pool, spread
+    from .pool import apart, available_memory, host_cores, one_at_a_time, plan_pool, run_pool, spread
     from .shared import clear_stale
 
     try:
@@ -85,6 +85,9 @@ def prebuild(s: "AutotuneSession", items: list, override: Optional[int], write: 
         clear_stale(env.build_root)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1) if s.is_worker else 1
     plan = plan_pool(len(jobs), host_cores(), available_memory(), env.protocol.build.memory_mb, workers, override)
+    if plan.width > 1 and not apart(env.pool.plan):
+        plan = one_at_a_time(plan, "one at a time: the jail here gives build sandboxes no private /tmp or no pid "
+                                   "namespace, so two at once could reach each other's objects")
     if write is not None:
         write(f"autotune: building {len(jobs)} compiled candidate(s) before the first item, {plan.width} at a time, "
               f"MAX_JOBS={plan.jobs} each ({plan.why})")

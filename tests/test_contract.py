@@ -285,3 +285,16 @@ def test_the_database_refuses_a_result_with_findings_under_a_strict_contract(tmp
                         nonce=nonce_for(run.run_id))
     assert [r["contract"] is not None for r in store.results()] == [True, True]
     store.close()
+
+
+def test_a_wrong_answer_reads_as_wrong_and_a_narrower_type_as_inaccurate():
+    """A LeakyReLU returned for a ReLU is 1% off in rms, inside the 1/64 a rounding error could never reach, yet a
+    third of its elements are wrong: the refusal says "outside tolerance" and asks for indexing, not precision."""
+    x = torch.randn(65536, generator=gen(13))
+    ref, oracle = torch.relu(x), torch.relu(x.double())
+    leaky = F.leaky_relu(x, 0.01)
+    cmp = compare_outputs(leaky, ref, PROTO, oracle=oracle)
+    assert not cmp.ok and cmp.kind == "mismatch" and "outside tolerance" in cmp.reason
+    assert cmp.details["wrong_fraction"] > 0.01
+    narrow = compare_outputs(torch.relu(x.to(torch.bfloat16)).float() * 1.001, ref, PROTO, oracle=oracle)
+    assert not narrow.ok and narrow.kind == "accuracy"

@@ -25,6 +25,7 @@ Runs in the controller, on the device where the golden output lives, in float64 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -55,6 +56,7 @@ class OracleErrors:
     worst_index: int  # flat index of the candidate's largest error against the oracle
     unit: str = "eps x |oracle|"
     relative_rms: float = 0.0  # rms(out - oracle) / rms(oracle), whatever the unit (inf where the oracle is 0)
+    wrong_fraction: float = 0.0  # share of elements off by more than a rounding error could make them (gross)
 
     def allowed(self, rule: AccuracySection) -> tuple[float, float]:
         """The most the rule allows (rms, max), in the same ulps."""
@@ -68,6 +70,7 @@ class OracleErrors:
     def as_json(self, rule: AccuracySection) -> dict:
         rms_ok, max_ok = self.allowed(rule)
         return {"rule": "float64-oracle", "unit": self.unit, "relative_rms": _r(self.relative_rms),
+                "wrong_fraction": _r(self.wrong_fraction),
                 "rms_ulp": _r(self.candidate_rms),
                 "reference_rms_ulp": _r(self.reference_rms), "allowed_rms_ulp": _r(rms_ok),
                 "max_ulp": _r(self.candidate_max), "reference_max_ulp": _r(self.reference_max),
@@ -77,7 +80,8 @@ class OracleErrors:
         """The same errors in other units (where the input-rounding sensitivity is the larger unit)."""
         a, b = self.ulp / ulp, self.max_ulp / max_ulp
         return OracleErrors(self.n, ulp, max_ulp, self.candidate_rms * a, self.reference_rms * a,
-                            self.candidate_max * b, self.reference_max * b, self.worst_index, unit, self.relative_rms)
+                            self.candidate_max * b, self.reference_max * b, self.worst_index, unit, self.relative_rms,
+                            self.wrong_fraction)
 
 
 def _r(x: float) -> float:
@@ -137,6 +141,8 @@ def judge(out: torch.Tensor, ref: torch.Tensor, oracle: torch.Tensor, rule: Accu
     """(passed, the reason when not, the numbers for the report). ``perturbed``: the oracle's output on inputs moved
     by up to one ulp, asked for only where the output fails in the plain unit."""
     e = oracle_errors(out, ref, oracle)
+    if not e.passes(rule):
+        e = dataclasses.replace(e, wrong_fraction=wrong_fraction(out, oracle))
     if not e.passes(rule) and perturbed is not None:
         moved = perturbed()
         if moved is not None:
@@ -172,12 +178,31 @@ def _times(ratio: float) -> str:
 #: an rms error above this share of the oracle's rms is a wrong answer, not an inaccurate one (a bfloat16 shortcut is
 #: ~2^-9 off, four times less)
 GROSS = 1.0 / 64
+#: an element is wrong, not rounded, when it is off by more than 2^-5 of itself plus 2^-7 of the oracle's rms (a
+#: bfloat16 value is off by at most 2^-8 of itself; a bfloat16 dot product by ~2^-9 of the output's rms)
+WRONG_REL, WRONG_ABS = 2.0**-5, 2.0**-7
+#: a share of wrong elements above this makes the output a wrong answer (a LeakyReLU for a ReLU: 1% off in rms)
+WRONG_SHARE = 0.01
+
+
+def wrong_fraction(out: torch.Tensor, oracle: torch.Tensor) -> float:
+    """The share of ``out``'s elements off the oracle by more than a narrower type's rounding could make them."""
+    fo, fx = _flat(out), _flat(oracle.to(out.device))
+    n = fx.numel()
+    sq = sum(float(fx[i:i + CHUNK].to(torch.float64).square().sum()) for i in range(0, n, CHUNK))
+    floor = WRONG_ABS * math.sqrt(sq / max(n, 1))
+    bad = 0
+    for i in range(0, n, CHUNK):
+        o64 = fx[i:i + CHUNK].to(torch.float64)
+        bad += int(((fo[i:i + CHUNK].to(torch.float64) - o64).abs() > WRONG_REL * o64.abs() + floor).sum())
+    return bad / max(n, 1)
 
 
 def gross(numbers: dict) -> bool:
-    """Whether a failed output is a wrong answer (its rms error at least :data:`GROSS` of the oracle's rms) rather
-    than an inaccurate one."""
-    return float(numbers.get("relative_rms", 0.0)) >= GROSS
+    """Whether a failed output is a wrong answer rather than an inaccurate one: its rms error at least :data:`GROSS`
+    of the oracle's rms, or more than :data:`WRONG_SHARE` of its elements wrong."""
+    return (float(numbers.get("relative_rms") or 0.0) >= GROSS
+            or float(numbers.get("wrong_fraction") or 0.0) > WRONG_SHARE)
 
 
 def envelope(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -63,7 +63,8 @@ class CorrectnessGate(Gate):
             call = ctx.candidate_outputs([recipe], meanwhile=functools.partial(ctx.golden, recipe))[0]
             where = f"seed {recipe['seed']}"
             if call.error:
-                return GateOutcome.refuse("correctness", refusal(f"{where}: {call.error}", clause, "structure"),
+                kind = "raised" if "raised" in call.error else "structure"
+                return GateOutcome.refuse("correctness", refusal(f"{where}: {call.error}", clause, kind),
                                           output_type=call.output_type, clause=clause.name)
             golden = ctx.golden(recipe)
             if call.location != expected_location(ctx):

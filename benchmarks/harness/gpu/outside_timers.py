@@ -174,6 +174,10 @@ def _problem_path(nodeid: str, problems: "Path | None" = None) -> Path:
     return problems / rel.name  # a problem collected with --problems from outside the repository
 
 
+#: torch.utils.cpp_extension's loaders and internals as torch made them (_use_build)
+_TORCH_LOADERS: dict[str, Any] = {}
+
+
 def _use_build(item: dict, build_root: Path) -> bool:
     """Load the item's compiled extensions from the plugin's build cache instead of compiling them again (a CUDA
     C++ build takes 70-80 s): the cache entry the item's build stage wrote (``details.build.key``) is written to a
@@ -188,11 +192,18 @@ def _use_build(item: dict, build_root: Path) -> bool:
 
     from pytest_autotune.build.cache import BuildCache
     from pytest_autotune.sandbox.child_build import EXT_DIR, _triton_env, materialize
-    from pytest_autotune.sandbox.ext_loaders import Replayer
+    from pytest_autotune.sandbox.ext_loaders import INTERNALS, LOADERS, Replayer
 
     entry = BuildCache(build_root).load(key)
     if entry is None:
         return False
+    # torch's own loaders back before each candidate's replayer: one wrapped around the last candidate's would bind
+    # its arguments to that wrapper's (*args, **kwargs) and answer for no call (every pair after the first refused)
+    names = (*LOADERS, *INTERNALS)
+    if not _TORCH_LOADERS:
+        _TORCH_LOADERS.update({n: getattr(ext, n) for n in names if hasattr(ext, n)})
+    for n, fn in _TORCH_LOADERS.items():
+        setattr(ext, n, fn)
     payload = entry.payload()
     scratch = Path(tempfile.mkdtemp(prefix="dobench-built-"))
     materialize(scratch, payload["files"], payload.get("triton_root"))

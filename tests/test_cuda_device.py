@@ -242,6 +242,36 @@ def test_graph_capture_failure_falls_back_to_eager(dev):
 
 
 @needs_cuda
+def test_work_outside_the_current_stream_is_timed_eagerly(dev):
+    """A kernel launched on a stream of its own runs while the capture is under way and is not in the graph: every
+    replay would leave the outputs as they were (the public KernelBench leaderboard's ReLU, Swish and ELU kernels
+    read zeros in graph-timed outputs on an H100). The probe replays onto poisoned outputs and compares with the call
+    run eagerly: such an arm is timed eagerly, and its outputs are its answers."""
+
+    class OwnStream(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.side = torch.cuda.Stream()
+
+        def forward(self, x):
+            y = torch.zeros_like(x)  # on the current stream: in the graph
+            with torch.cuda.stream(self.side):  # no fork from the current stream: never in the graph
+                torch.relu(x, out=y)
+            self.side.synchronize()
+            return y
+
+    m = OwnStream().cuda()
+    with torch.no_grad():
+        _calibrate(dev, m, _relu_small)
+        b = [_relu_small() for _ in range(8)]
+        s = dev.timed(m, b)
+    info = dev.timing_info()
+    assert info["mode"] == "eager" and info["capture_failures"], info
+    for x, o in zip(b, s.outputs):
+        assert torch.equal(o, torch.relu(x[0]))
+
+
+@needs_cuda
 def test_slow_calls_stay_eager(dev):
     m = _Small().cuda()
     with torch.no_grad():

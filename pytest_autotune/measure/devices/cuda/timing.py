@@ -58,6 +58,35 @@ _MAX_CALIBRATION_CAPTURES = 8
 _MAX_GRAPHS = 4
 
 
+
+def replay_differs(fn: Callable[..., Any], g: Graph) -> Optional[str]:
+    """Why the graph's replay is not the call (None where it is): its outputs against the same call run eagerly on
+    the graph's own inputs. A kernel launched on another stream than the current one (the legacy default stream, a
+    stream of its own) runs once while the capture is under way and is not in the graph: every replay then leaves
+    the outputs as they were, and a graph-timed sample would time nothing (an H100 run of the public KernelBench
+    leaderboard's ReLU, Swish and ELU kernels read zeros in timed outputs). Such an arm is timed eagerly, with the
+    other (a candidate may refuse to be captured: docs/architecture.md, "The sample's shape")."""
+    with torch.no_grad():
+        eager = fn(*g.static[0])
+    torch.cuda.synchronize()
+    got, want = tensors(g.outputs[0]), tensors(eager)
+    if len(got) != len(want):
+        return "its graph's replay returned another number of tensors than its call"
+    for a, b in zip(got, want):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return "its graph's replay returned other shapes or dtypes than its call"
+        if a.is_floating_point() or a.is_complex():
+            a64, b64 = a.to(torch.complex128 if a.is_complex() else torch.float64), b.to(a.dtype).to(
+                torch.complex128 if a.is_complex() else torch.float64)
+            scale = float(b64.abs().max()) if b64.numel() else 0.0
+            close = bool(torch.isclose(a64, b64, rtol=1e-3, atol=1e-3 * scale, equal_nan=True).all())
+        else:
+            close = bool(torch.equal(a, b))
+        if not close:
+            return ("its graph's replay does not compute what its call does (work on another stream than the "
+                    "current one is not captured)")
+    return None
+
 class CudaTiming(HeadStart):
     """The timing half of :class:`~pytest_autotune.measure.devices.cuda.device.CudaDevice` (a mixin: the state
     lives on the device instance, never in module globals -- the module is in the tamper snapshot)."""
@@ -257,6 +286,7 @@ class CudaTiming(HeadStart):
             s0 = torch.cuda.Event(enable_timing=True)
             s1 = torch.cuda.Event(enable_timing=True)
             stage(g.static, batches)
+            poison(g.outputs)  # a replay that computes nothing leaves NaN / 0 there, not what the capture left
             self.flush_l2()
             torch.cuda.synchronize(self.index)
             preroll()
@@ -266,6 +296,10 @@ class CudaTiming(HeadStart):
             torch.cuda.synchronize(self.index)
             t = s0.elapsed_time(s1) * 1e-3
             inner = inner_seconds(g.inner, s0, s1) if g.inner is not None else None
+            why = replay_differs(fn, g)
+            if why:
+                self._capture_failures.append(why)
+                return
             self._fastest_graph_call_s = min(self._fastest_graph_call_s, t if inner is None else inner)
         finally:
             poison(g.outputs)

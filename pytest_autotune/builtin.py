@@ -27,6 +27,7 @@ class BuiltinParts:
         from .gates.clocks import DeviceClockGate, WallClockGate
         from .gates.correctness import CorrectnessGate
         from .gates.integrity import IdleGate, TamperGate, ThreadGate
+        from .gates.kernelbench import KernelBenchVerdictGate
         from .gates.probes import ProbeGate
         from .gates.timed_outputs import TimedOutputsGate
         from .keys import SESSION_KEY
@@ -36,6 +37,7 @@ class BuiltinParts:
         probe_seed = config.getoption("autotune_probe_seed", None)
         return [
             TamperGate(),
+            KernelBenchVerdictGate(),
             CorrectnessGate(),
             ProbeGate(probe_seed_override=probe_seed),
             WallClockGate(),

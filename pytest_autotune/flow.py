@@ -23,21 +23,16 @@ from typing import Any, Optional
 from .build.stage import BuildStage
 from .errors import ProblemLoadError
 from .flow_baseline import BaselineStage
-from .gates.base import (
-    STAGES,
-    BaselineChoice,
-    CandidateFailure,
-    CandidateRefusal,
-    GateContext,
-    GateOutcome,
-)
-from .golden import Golden
-from .item_memory import DoesNotFit, holders, plan_item, settle
+from .flow_probes import ProbeStage
+from .gates.base import STAGES, BaselineChoice, CandidateFailure, CandidateRefusal, GateContext, GateOutcome
+from .gates.correctness import timed_outputs_floor
+from .item_memory import DoesNotFit, PlannedGolden, holders, plan_item, settle, stage_start
 from .item_run import FlowEnv, FlowVerdict, ItemRun
 from .item_run import details as item_details
 from .item_run import measurement as item_measurement
 from .item_run import result as item_result
 from .jsonable import jsonable
+from .judging import prepare_judging
 from .measure.input_sets import choose_input_sets
 from .measure.memory import UNBUDGETED, MemoryPlan
 from .measure.schedule import (
@@ -61,7 +56,7 @@ from .seeds import SeedSource, problem_init_seed
 MIN_PROCESS_PAIRS = 2
 
 
-class KernelFlow(BaselineStage, BuildStage):
+class KernelFlow(BaselineStage, BuildStage, ProbeStage):
     def __init__(self, env: FlowEnv) -> None:
         self.env = env
 
@@ -165,24 +160,23 @@ class KernelFlow(BaselineStage, BuildStage):
         sizes = problem.sizes_for(spec.device)
         # both arms are built from one seed per problem and device, so a problem's items share parameters
         init_seed = problem_init_seed(env.nonce, spec.problem.name, spec.device)
-        golden = Golden(problem, env.device, sizes, init_seed)
+        golden = PlannedGolden(problem, env.device, sizes, init_seed)
         ctx = GateContext(nodeid=spec.nodeid, protocol=env.protocol, problem=problem, candidate=spec.candidate,
                           device=env.device, seeds=seeds, sizes=sizes, measuring=env.measuring, golden=golden)
         ctx.candidate_sha256 = cand_src.sha256 if cand_src else None
         item = ItemRun(spec, ctx, problem_src, cand_src, problem, sizes, init_seed, golden, started)
-        try:  # the item's device memory, planned before any sandbox starts (measure/memory.py)
+        try:  # how its answers are judged; its device memory, planned before any sandbox starts and checked at each
+            prepare_judging(env, item)  # stage's (item_memory)
             ctx.memory = plan_item(env, item)
+            return self._run(item)
         except DoesNotFit as e:
             return FlowVerdict(self._outcome(spec, "error", "memory", f"{spec.problem.name}: {e}",
                                              warnings=tuple(ctx.warnings), details=item_details(item)))
-        except ProblemLoadError as e:
-            return FlowVerdict(self._outcome(spec, "rejected", "load", f"{e.path}: {e.reason}",
-                                             details=item_details(item)))
-        try:
-            return self._run(item)
         except SandboxFailure as e:
             gate = "memory" if e.kind == "memory" and "device memory" in e.detail else \
                 "timing" if "timing" in e.detail or "warm-up" in e.detail else "sandbox"
+            if gate == "memory":  # who held the device when a sandbox ran out (memory_holders)
+                ctx.details["memory_holders"] = holders(env)
             return FlowVerdict(self._outcome(spec, "error", gate, str(e), warnings=tuple(ctx.warnings),
                                              details=item_details(item)))
         except ProblemLoadError as e:
@@ -235,6 +229,7 @@ class KernelFlow(BaselineStage, BuildStage):
         init = self._init(item.problem_src, item.sizes, item.init_seed, "candidate", item.cand_src,
                           spec.candidate.class_name)
         with env.lock.shared():
+            stage_start(env, item, "correctness", "correctness")
             box = self._start(init, spec.item_key, ctx)
         item.boxes["candidate"] = box
         probe: Optional[dict] = None
@@ -242,6 +237,8 @@ class KernelFlow(BaselineStage, BuildStage):
             self._adopt(ctx, box)
             for stage in ("correctness", "probe"):
                 with env.lock.shared():
+                    if stage == "probe":
+                        stage_start(env, item, "probes", "probes", live=[box])
                     refused = self._run_stage(ctx, stage)
                 if refused:
                     return self._refused(item, refused)
@@ -266,6 +263,7 @@ class KernelFlow(BaselineStage, BuildStage):
         if env.protocol.timing.fresh_sandboxes:
             # both arms start timing from the same process history: a candidate sandbox as fresh as the baseline's
             with env.lock.shared():
+                stage_start(env, item, "timing", "timing")
                 box = self._start(init, f"{spec.item_key}-timing", ctx)
             item.boxes["candidate (timing)"] = box
             with box:
@@ -278,34 +276,6 @@ class KernelFlow(BaselineStage, BuildStage):
                                          baseline=item.baseline_name, measurement=ctx.measurement, result=result,
                                          warnings=tuple(ctx.warnings), details=item_details(item)),
                            result=result)
-
-    def _probe_graphs(self, box: Sandbox, ctx: GateContext) -> Optional[dict]:
-        """The candidate's graph-capture probe, in the sandbox that ran correctness (it is not timed): a capture
-        that fails can leave the candidate's own streams capturing for good, and that process with them."""
-        if not float(self.env.device.options.get("graph_below_s", 0.0) or 0.0):
-            return None
-        if ctx.memory.release_between_calls:
-            box.request({"cmd": "release", "fingerprint": None}, phase="graph probe")
-        reply = box.request({"cmd": "probe_graphs",
-                             "warmup": {"seed": ctx.seeds.seed("graph-probe"), "count": 3}}, phase="graph probe")
-        if not reply.get("ok"):
-            raise CandidateFailure(str(reply.get("error")))
-        return dict(reply.get("timing_info") or {})
-
-    def _baseline_probe(self, item: ItemRun) -> dict:
-        """The baseline's graph-capture probe, as the candidate's: in a sandbox of its own that is not timed, once per
-        problem, baseline and device in this process (the baseline's code and sizes decide it)."""
-        env = self.env
-        key = (str(item.spec.problem.path), item.baseline_sha, env.device_spec.name)
-        if key not in env.baseline_probes:
-            init = self._init(item.problem_src, item.sizes, item.init_seed, "baseline", item.baseline_src, "ModelNew")
-            with env.lock.shared(), self._start(init, f"baseline-{item.spec.item_key}-probe") as box:
-                try:
-                    env.baseline_probes[key] = self._probe_graphs(box, item.ctx) or {}
-                except CandidateFailure:  # the baseline cannot be probed: no graph timing known for it -> eager
-                    env.baseline_probes[key] = {}
-            settle(env, item, "the baseline's probe sandbox")
-        return env.baseline_probes[key]
 
     def _adopt(self, ctx: GateContext, box: Sandbox) -> None:
         """``box`` is now the item's candidate sandbox: what its import did is evidence for the tamper gate."""
@@ -324,7 +294,7 @@ class KernelFlow(BaselineStage, BuildStage):
         runs: list[TimingEvidence] = []
         t0 = time.perf_counter()
         choice = choose_input_sets(item.golden, env.protocol, plan.derive_spread, ctx.seeds.seed("input-sets"),
-                                   ctx.seeds.seed("input-sets-positions"))
+                                   ctx.seeds.seed("input-sets-positions"), timed_outputs_floor(ctx))
         item.golden.clear()
         item.derive_spread = choice.spread
         ctx.details["input_sets"] = choice.details()
@@ -377,6 +347,8 @@ class KernelFlow(BaselineStage, BuildStage):
         with env.lock.exclusive(), contextlib.ExitStack() as stack:
             if box is not None:  # the candidate's timing sandbox started with the item: it ends with this pair too
                 stack.enter_context(box)
+            else:
+                stage_start(env, item, f"timing{suffix}", "timing")
             if box is None and j % 2 == 1:
                 base = stack.enter_context(self._start(base_init, f"baseline-{spec.item_key}{suffix}", ctx))
                 box = stack.enter_context(self._start(cand_init, f"{spec.item_key}-timing{suffix}", ctx))

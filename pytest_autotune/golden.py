@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -49,6 +49,8 @@ class Golden:
         self._cache: "OrderedDict[str, Any]" = OrderedDict()
         self._cached = 0
         self._last: Optional[tuple[str, Any]] = None
+        #: cleared with the golden outputs (the float64 oracle's outputs and models: pytest_autotune/oracle.py)
+        self.dependents: list[Callable[[], None]] = []
         # MLX is the held-out leg: its golden outputs come from the torch reference on the CPU
         self.on_device = device.framework == "torch"
 
@@ -117,6 +119,8 @@ class Golden:
         self._cache.clear()
         self._cached = 0
         self._last = None
+        for clear in self.dependents:
+            clear()
         if self.on_device:
             self.device.release_cached_memory()
 

@@ -9,7 +9,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .gates.base import BaselineChoice, Gate, GateContext
 from .golden import Golden
@@ -19,6 +19,7 @@ from .measure.devices.spec import DeviceSpec
 from .measure.lock import DeviceLock
 from .measure.sampling import KOverride
 from .measure.schedule import TimingEvidence
+from .problems.contract import contract_record
 from .problems.loader import LoadedProblem
 from .problems.model import REFERENCE_BASELINE, KernelItemSpec, SourceFile
 from .protocol import Protocol, TimingPlan
@@ -60,6 +61,11 @@ class FlowEnv:
     #: --autotune-max-pairs: ``process_pairs`` is a most, and an item stops once its CI reaches the target
     #: (measure/until_target.py)
     pairs_until_target: bool = False
+    #: --autotune-strict-contract: a wrong answer beyond the contract refuses the item, whatever [contract].beyond
+    strict_contract: bool = False
+    #: the driver's list of processes on the GPU (measure/gpu_processes.py ``GpuProcessSource``); None: NVML where
+    #: the device is CUDA (memory_holders.gpu_view). Tests give a fake one
+    gpu_processes: Optional[Any] = None
 
     def timing_plan(self) -> TimingPlan:
         """The protocol's timing plan for this device; with ``--autotune-pairs=N``, N pairs of processes, each with
@@ -99,8 +105,12 @@ class ItemRun:
     #: arm -> its graph-capture probe, made in a sandbox that is not timed (the candidate's: the correctness one)
     probes: dict = field(default_factory=dict)
     boxes: dict = field(default_factory=dict)  # role -> Sandbox, for the wire statistics
-    #: the device's free memory when the item's plan was made (item_memory.settle waits for it to come back)
+    #: the device's free memory when the item's plan was made (memory_holders.settle's wait where the driver
+    #: cannot name the processes)
     free_at_start: Optional[int] = None
+    #: the item's memory plan as made at its start (``ctx.memory`` is its timing stage planned again on the memory
+    #: free when each pair of timing sandboxes starts: item_memory.stage_start)
+    memory_plan: Optional[Any] = None
     #: the spread its timing rounds derive input sets with, None: drawn (measure/input_sets.py)
     derive_spread: Optional[float] = None
 
@@ -194,7 +204,7 @@ def result(env: FlowEnv, item: ItemRun) -> KernelResult:
         seeds=tuple(seeds), measurement=m, correctness="passed",
         probes=jsonable(ev.probes), integrity="passed", breaker=breaker,
         protocol_sha256=env.protocol.sha256, exploratory=env.exploratory, provenance=jsonable(prov),
-        notes=tuple(ctx.warnings),
+        notes=tuple(ctx.warnings), contract=contract_record(jsonable(ev.as_json())),
     )
 
 

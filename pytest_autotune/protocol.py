@@ -24,16 +24,19 @@ else:  # pragma: no cover
 
 from .errors import ProtocolError
 from .protocol_sections import (  # noqa: F401 - re-exported: the sections are part of this module's API
+    AccuracySection,
     BandsSection,
     BarsSection,
     BreakerSection,
     BuildSection,
+    ContractSection,
     CorrectnessSection,
     CpuSection,
     CudaSection,
     DevicesSection,
     EnginesSection,
     IntegritySection,
+    KernelBenchSection,
     MemorySection,
     ProbesSection,
     ProtocolMeta,
@@ -75,6 +78,9 @@ class Protocol:
     engines: EnginesSection = _f()
     memory: MemorySection = _f(default=MemorySection())
     build: BuildSection = _f(default=BuildSection())
+    accuracy: AccuracySection = _f(default=AccuracySection())
+    contract: ContractSection = _f(default=ContractSection())
+    kernelbench: KernelBenchSection = _f(default=KernelBenchSection())
     # not from the file:
     sha256: str = field(default="", compare=False)
     path: str = field(default="", compare=False)
@@ -115,7 +121,8 @@ class Protocol:
             plan = dataclasses.replace(plan, min_sample_s=c.min_sample_s, max_calls_per_sample=c.max_calls_per_sample,
                                        min_calls_per_sample=1,
                                        item_budget_s=c.item_budget_s, ci_target_rel_width=c.ci_target_rel_width,
-                                       process_pairs=c.process_pairs or t.process_pairs)
+                                       process_pairs=c.process_pairs or t.process_pairs,
+                                       fast_arm_sample_s=c.fast_arm_sample_s, max_speedup=self.breaker.max_speedup)
         return plan
 
 

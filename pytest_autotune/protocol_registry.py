@@ -52,6 +52,18 @@ FROZEN_PROTOCOLS: dict[str, str] = {
     # docs/architecture.md, "The CUDA sample"). [build] (new, optional section): the budget of the sandbox that
     # compiles a candidate's extensions once per item (docs/guide/compiled-candidates.md).
     "9": "70863bb643d2459ce3e6021c713ca38ccca3829e0ed57ae68ac375ab2e345225",
+    # 10: a candidate is judged by its problem's contract (docs/guide/contract.md). [accuracy] (new, optional
+    # section): floating outputs against the reference run in float64, the candidate's error at most 100x the
+    # reference's own plus a floor (gates/accuracy.py, docs/design/accuracy.md). [contract] (new, optional): a
+    # problem that declares no layouts is judged on those its get_inputs() produces, and a wrong answer on another
+    # layout is a finding, not a refusal (problems/contract.py). [kernelbench] (new, optional): KernelBench's own
+    # verdict on its 5 trials recorded beside ours (gates/kernelbench.py).
+    # the sample's length does not depend on which arm is faster. On CUDA k is still chosen from the baseline's
+    # calls alone, now long enough that an arm [breaker].max_speedup times faster holds
+    # [devices.cuda].fast_arm_sample_s (new, optional: 2 ms; the baseline's sample 20 ms), within
+    # max_calls_per_sample and the memory bound (measure/sampling.py choose_calls_per_sample;
+    # docs/design/protocol.md, "The sample's length").
+    "10": "f2aed71b055a07826f30d6c8cbdae09761199b56150a3a479fe376e2b68b6602",
 }
 
 

@@ -146,6 +146,9 @@ class CudaSection:
     # optional (protocols 1-8: "off", no hold, a sample's time its event time); measure/devices/cuda/head_start.py
     head_start: str = _f(default="off", choices=("off", "spin"))
     head_start_max_s: float = _f(default=0.003, gt=0.0, le=0.1)
+    # optional (protocols 1-9: 0, a sample of min_sample_s of the baseline's calls whatever the candidate's speed);
+    # measure/sampling.py choose_calls_per_sample
+    fast_arm_sample_s: float = _f(default=0.0, ge=0.0, le=1.0)
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,18 @@ class TimingPlan:
     #: a sandbox's memory limit ([sandbox].memory_mb): where a device's tensors live in the sandbox's own memory, k's
     #: memory bound (measure/sampling.py host_memory_cap); 0: none
     sandbox_memory_bytes: int = 0
+    #: the sample of an arm up to ``max_speedup`` times faster than the baseline holds at least this long (0: no
+    #: such floor; [devices.cuda].fast_arm_sample_s, protocol 10)
+    fast_arm_sample_s: float = 0.0
+    #: [breaker].max_speedup: the most an arm can be faster than the baseline and still be a result
+    max_speedup: float = 0.0
+
+    @property
+    def sample_target_s(self) -> float:
+        """How long the baseline's sample is made (``k`` from its calls alone): ``min_sample_s``, and long enough
+        that an arm ``max_speedup`` times faster still has ``fast_arm_sample_s`` -- the same ``k`` whichever arm is
+        faster (docs/design/protocol.md, "The sample's length")."""
+        return max(self.min_sample_s, self.max_speedup * self.fast_arm_sample_s)
 
 
 @dataclass(frozen=True)
@@ -217,6 +232,53 @@ class BuildSection:
     memory_mb: int = _f(default=8192, ge=256)
     max_processes: int = _f(default=512, ge=8)
     max_artifact_mb: int = _f(default=512, ge=1)
+
+
+@dataclass(frozen=True)
+class AccuracySection:
+    """How a floating output is judged (gates/accuracy.py; docs/design/accuracy.md). Optional (protocols 1-9:
+    ``"tolerance"``, the dtype's rtol/atol against the reference alone)."""
+
+    #: "float64-oracle": the candidate's error against the reference run in float64 may be at most ``multiplier``
+    #: times the reference's own error on the same inputs, plus ``floor_ulps`` units (the output dtype's epsilon
+    #: times the oracle's magnitude, or the op's sensitivity to its inputs' rounding where that is larger), for the
+    #: root-mean-square error and, with ``max_*``, the largest; "tolerance": ``[tolerance.<dtype>]`` against the
+    #: reference
+    rule: str = _f(default="tolerance", choices=("tolerance", "float64-oracle"))
+    multiplier: float = _f(default=100.0, ge=1.0)
+    floor_ulps: float = _f(default=8.0, ge=0.0)
+    #: the same rule for the single worst element
+    max_multiplier: float = _f(default=200.0, ge=1.0)
+    max_floor_ulps: float = _f(default=16.0, ge=0.0)
+
+
+@dataclass(frozen=True)
+class ContractSection:
+    """What inputs a candidate answers for (problems/contract.py; docs/guide/contract.md). Optional (protocols 1-9:
+    every layout probed was part of the contract, and every probe that failed refused)."""
+
+    #: layouts a problem that declares none (no ``AUTOTUNE_LAYOUTS``) is judged on: "as-produced", the layouts its
+    #: ``get_inputs()`` produces; "all", every layout the probes know
+    undeclared_layouts: str = _f(default="all", choices=("all", "as-produced"))
+    #: what a probe beyond the contract that finds a wrong answer does: "finding" (reported on the item, never a
+    #: refusal) or "refuse" (``--autotune-strict-contract`` makes it "refuse" for one run)
+    beyond: str = _f(default="refuse", choices=("finding", "refuse"))
+
+
+@dataclass(frozen=True)
+class KernelBenchSection:
+    """KernelBench's own correctness check, recorded beside the gates' verdict (gates/kernelbench.py). It never
+    refuses. Optional (protocols 1-9: ``trials = 0``, not recorded)."""
+
+    trials: int = _f(default=0, ge=0)
+    #: the seed KernelBench derives its trial seeds from (``torch.manual_seed(seed)``, then ``torch.randint``)
+    seed: int = _f(default=42, ge=0)
+    #: ``torch.allclose(ref, out, atol=t, rtol=t)`` with t by the output dtype (KernelBench's
+    #: get_tolerance_for_precision); ``v0_tolerance``: the 1e-2 of KernelBench v0 and v0.1, when the public
+    #: leaderboard's kernels were checked
+    float32_tolerance: float = _f(default=1e-4, gt=0.0)
+    half_tolerance: float = _f(default=1e-2, gt=0.0)
+    v0_tolerance: float = _f(default=1e-2, gt=0.0)
 
 
 @dataclass(frozen=True)
@@ -253,4 +315,5 @@ class EnginesSection:
     metrics_interval_s: float = _f(gt=0.0)
 
 
-__all__ = ["ProtocolMeta", "SeedsSection", "TimingSection", "StatisticsSection", "CorrectnessSection", "Tolerance", "BreakerSection", "ProbesSection", "SandboxSection", "IntegritySection", "CpuSection", "CudaSection", "DevicesSection", "TimingPlan", "BarsSection", "BandsSection", "MemorySection", "BuildSection", "StudiesSection", "SurfaceSection", "EnginesSection"]
+__all__ = ["ProtocolMeta", "SeedsSection", "TimingSection", "StatisticsSection", "CorrectnessSection", "Tolerance", "BreakerSection", "ProbesSection", "SandboxSection", "IntegritySection", "CpuSection", "CudaSection", "DevicesSection", "TimingPlan", "BarsSection", "BandsSection", "MemorySection", "BuildSection", "StudiesSection", "SurfaceSection", "EnginesSection",
+           "AccuracySection", "ContractSection", "KernelBenchSection"]

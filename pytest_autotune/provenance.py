@@ -2,6 +2,10 @@
 
 Keys are contributed through the ``pytest_autotune_provenance_keys`` hook (the built-in ones below are an
 implementation of it). A *required* key that cannot be collected makes the run or the result unrecordable.
+
+A result says how it was measured: the environment variables that change a measurement (``MEASUREMENT_ENV``: the
+timing budget's scale, the GPU a process sees, the jail, what the sandboxes inherit that changes how code runs) are
+recorded with every run (``environment``, ``budget_scale``; docs/reference/environment.md).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Optional
 
 from . import __version__
+from .errors import AutotuneUsageError
 
 Scope = Literal["run", "item"]
 
@@ -56,6 +61,39 @@ def collect(keys: list[ProvenanceKey], scope: Scope, context: Mapping[str, Any])
 
 
 # ------------------------------------------------------------------------------------------ facts
+
+#: PYTEST_AUTOTUNE_BUDGET_SCALE multiplies every item's timing budget ([timing].item_budget_s)
+BUDGET_SCALE_ENV = "PYTEST_AUTOTUNE_BUDGET_SCALE"
+#: variables that change a measurement, recorded in every run's provenance where set: the plugin's own (the budget's
+#: scale, the jail's emulation), the GPU a process sees, and what the sandboxes inherit that changes how code runs
+#: (which libraries load, BLAS's kernel choice, compiled-kernel caches, CUDA/ROCm/MLX settings, NVLink multicast)
+MEASUREMENT_ENV = (BUDGET_SCALE_ENV, "AUTOTUNE_JAIL_EMULATE", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
+                   "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                   "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                   "NVSHMEM_DISABLE_NVLS")
+MEASUREMENT_ENV_PREFIXES = ("CUDA_", "NVIDIA_", "HIP_", "MLX_")
+
+
+def measurement_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The variables of ``environ`` that change a measurement (MEASUREMENT_ENV, MEASUREMENT_ENV_PREFIXES)."""
+    return {k: v for k, v in sorted(environ.items())
+            if k in MEASUREMENT_ENV or k.startswith(MEASUREMENT_ENV_PREFIXES)}
+
+
+def budget_scale(environ: Mapping[str, str] = os.environ) -> float:
+    """PYTEST_AUTOTUNE_BUDGET_SCALE: the factor on every item's timing budget (1 when unset or empty)."""
+    raw = environ.get(BUDGET_SCALE_ENV, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 and value < float("inf")):
+        raise AutotuneUsageError(f"{BUDGET_SCALE_ENV}={raw!r} is not a positive number: set it to the factor on every "
+                                 f"item's timing budget (0.5 halves it, 2 doubles it) or unset it")
+    return value
+
 
 
 def git_state(root: Path) -> tuple[Optional[str], Optional[bool]]:
@@ -147,11 +185,18 @@ def builtin_keys() -> list[ProvenanceKey]:
         ProvenanceKey("modification_surface", "run", dict, "--autotune-base check: changed files, outside files",
                       _ctx("modification_surface"), required=False),
         ProvenanceKey("pid", "run", int, "controller process id", lambda c: os.getpid()),
+        ProvenanceKey("budget_scale", "run", float, f"{BUDGET_SCALE_ENV}: the factor on every item's timing budget",
+                      lambda c: budget_scale()),
+        ProvenanceKey("environment", "run", dict, "the environment variables that change a measurement, where set "
+                      "(MEASUREMENT_ENV)", lambda c: measurement_environment()),
         ProvenanceKey("process_pairs", "run", int, "--autotune-pairs: pairs of processes per item instead of the "
                       "protocol's (absent: the protocol's)", _ctx("process_pairs"), required=False),
         ProvenanceKey("max_pairs", "run", int, "--autotune-max-pairs: an item's pairs of processes at most, each "
                       "item stopping once its CI reaches the target (absent: off)", _ctx("max_pairs"),
                       required=False),
+        ProvenanceKey("strict_contract", "run", bool, "--autotune-strict-contract: a wrong answer beyond the "
+                      "problem's contract refused the item (absent: findings, as [contract].beyond says)",
+                      _ctx("strict_contract"), required=False),
         # item scope
         ProvenanceKey("problem_sha256", "item", str, "digest of the problem file", _ctx("problem_sha256")),
         ProvenanceKey("candidate_sha256", "item", str, "digest of the candidate file", _ctx("candidate_sha256")),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from typing import Protocol as TypingProtocol
 
 from .errors import StoreError, ValidatorRefusal
+from .problems.contract import contract_record
 from .result import ItemOutcome, Rejection, RunRecord
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,7 +57,7 @@ def verdict_rows(verdict: "FlowVerdict", run_id: str, studies: "StudyRecorder") 
         rows.append(("quarantine", verdict.quarantine.as_row()))
     if o.verdict != "accepted":
         rejection = Rejection(run_id, o.nodeid, o.problem, o.candidate, o.device, o.gate or "", o.verdict,
-                              rejection_detail(o))
+                              rejection_detail(o), contract_record(o.details))
         rows.append(("rejections", {**rejection.as_row(), **studies.rejection_columns(o)}))
     return rows
 

@@ -100,6 +100,8 @@ class KernelResult:
     arm: Optional[str] = None
     iteration: Optional[int] = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: how its answers were judged: contract, findings, accuracy, KernelBench's verdict (problems/contract.py)
+    contract: Optional[dict] = None
 
     def as_row(self) -> dict[str, Any]:
         m = self.measurement
@@ -133,6 +135,7 @@ class KernelResult:
             "arm": self.arm,
             "iteration": self.iteration,
             "provenance": canonical_json(self.provenance),
+            "contract": canonical_json(self.contract) if self.contract is not None else None,
         }
 
 
@@ -161,9 +164,12 @@ class Rejection:
     gate: str
     verdict: Verdict
     detail: str
+    contract: Optional[dict] = None
 
     def as_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        row = dataclasses.asdict(self)
+        row["contract"] = canonical_json(self.contract) if self.contract is not None else None
+        return row
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,9 @@ class ItemOutcome:
             "retest_of": (self.details.get("transfer") or {}).get("retest_of"),
             "transfer_ratio": (self.details.get("transfer") or {}).get("transfer_ratio"),
             "warnings": list(self.warnings),
+            "clause": self.details.get("clause"),
+            "findings": list(self.details.get("findings") or []),
+            "kernelbench": self.details.get("kernelbench"),
             "details": self.details,
         }
 

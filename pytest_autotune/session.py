@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -27,7 +26,7 @@ from .problems.discovery import BUNDLED_ROOT
 from .problems.model import KernelItemSpec
 from .protocol import Protocol, find_protocol, load_protocol
 from .protocol_registry import freeze_status
-from .provenance import ProvenanceError, collect, git_state
+from .provenance import ProvenanceError, budget_scale, collect, git_state
 from .published import attach as attach_published
 from .recording import ControllerRecorder, Recorder, WorkerRecorder
 from .report.snapshot import Isolation, SessionSnapshot
@@ -48,6 +47,7 @@ class AutotuneSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.opts = Options.from_config(config)
+        self.budget_scale = budget_scale()  # PYTEST_AUTOTUNE_BUDGET_SCALE, checked before anything runs
         self.is_worker = hasattr(config, "workerinput")
         self.protocol: Protocol = load_protocol(find_protocol(config.rootpath))
         pins: dict[str, str] = {}
@@ -222,6 +222,7 @@ class AutotuneSession:
             "isolation": self.sandbox_pool().plan.provenance(),
             "process_pairs": self.opts.pairs,
             "max_pairs": self.opts.max_pairs,
+            "strict_contract": self.opts.strict_contract or None,
         }
         keys = [k for group in self.config.hook.pytest_autotune_provenance_keys(config=self.config) for k in group]
         try:
@@ -264,12 +265,12 @@ class AutotuneSession:
                 gates=gates, measuring=self.opts.measuring, run_id=self.run_id, exploratory=self.exploratory,
                 item_provenance=lambda facts: collect(keys, "item", {**facts, "worker": self._worker_id()}),
                 lock=DeviceLock(self.device.lock_key),
-                budget_scale=float(os.environ.get("PYTEST_AUTOTUNE_BUDGET_SCALE", "1") or 1),
+                budget_scale=self.budget_scale,
                 cpus=self._sandbox_cpus(),
                 k_override=KOverride.parse(self.opts.calls_per_sample) if self.opts.calls_per_sample else None,
                 build_root=build_root(self.opts.db) if self.opts.db is not None else None,
                 process_pairs=self.opts.pairs or self.opts.max_pairs,
-                pairs_until_target=self.opts.max_pairs is not None)
+                pairs_until_target=self.opts.max_pairs is not None, strict_contract=self.opts.strict_contract)
             self._flow = KernelFlow(env)
         return self._flow
 

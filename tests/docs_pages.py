@@ -81,3 +81,52 @@ def anchors(page: Path) -> frozenset[str]:
 def pages() -> list[Path]:
     """The docs pages (not the raw data)."""
     return sorted(p for p in DOCS.rglob("*.md") if not p.relative_to(REPO).as_posix().startswith(RAW_DATA))
+
+
+def _masked(text: str) -> str:
+    """``text`` with code spans and parenthesised asides blanked to the same length (their dots end no sentence)."""
+    text = re.sub(r"`[^`]*`", lambda m: "`" + "x" * (len(m.group(0)) - 2) + "`", text)
+    return re.sub(r"\([^()]*\)", lambda m: "(" + "x" * (len(m.group(0)) - 2) + ")", text)
+
+
+def prose(page: Path) -> tuple[list[str], list[str]]:
+    """(sentences, table cells) of a page's prose: paragraphs and list items outside fenced code, headings and HTML,
+    split into sentences at a full stop, semicolon, question or exclamation mark followed by a new sentence."""
+    paragraphs: list[str] = []
+    cells: list[str] = []
+    current: list[str] = []
+    fenced = False
+
+    def close() -> None:
+        if current:
+            paragraphs.append(" ".join(current))
+            current.clear()
+
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            close()
+            continue
+        if fenced:
+            continue
+        if line.startswith("|"):
+            close()
+            if not re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", line):
+                cells += [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            continue
+        item = re.match(r"^\s*([-*]|\d+\.)\s+(.*)$", line)
+        if not line.strip() or line.startswith(("#", "<")) or item:
+            close()
+            if item:
+                current.append(item.group(2))
+            continue
+        current.append(line.strip())
+    close()
+    sentences = []
+    for p in paragraphs:
+        start = 0
+        for m in re.finditer(r"[.;!?](?=\s+[A-Z(`*\[])", _masked(p)):
+            sentences.append(p[start:m.end()].strip())
+            start = m.end()
+        sentences.append(p[start:].strip())
+    return [s for s in sentences if s], cells

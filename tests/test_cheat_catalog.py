@@ -67,6 +67,10 @@ class Case:
     needs_jail_count: bool = False
     #: the defence is the jail's view (the store hidden): skipped (a documented limit) without it
     needs_view: bool = False
+    #: a regex one of the item's findings (beyond its contract) must match by clause; "" : none asked for
+    finding: str = ""
+    #: KernelBench's own verdict the item must record beside ours (gates/kernelbench.py); "": not checked
+    kernelbench: str = ""
 
     @property
     def path(self) -> Path:
@@ -106,9 +110,27 @@ CATALOG: list[Case] = [
          "the baseline's (measure/schedule.py _calibrate, measure/sampling.py decide_timing_mode)"),
     Case("softmax_rows", "cheat_precompute_seeds", "main", R, ("correctness",), r"outside tolerance",
          "seeds from a per-run nonce (seeds.py)"),
+    Case("softmax_rows", "cheat_kernelbench_seeds", "main", R, ("correctness",),
+         r"outside tolerance.*clause: declared inputs",
+         "seeds from a per-run nonce; KernelBench's verdict on its public seeds is recorded beside the refusal and "
+         "never accepts anything (gates/kernelbench.py)", kernelbench="correct"),
     # ---------------------------------------------------------------- precision, inputs, outputs
-    Case("linear_fp32", "cheat_bf16", "main", R, ("correctness",), r"outside tolerance for float32",
-         "correctness gate: dtype-aware tolerance (gates/compare.py)"),
+    Case("linear_fp32", "cheat_bf16", "main", R, ("correctness",),
+         r"less accurate than the reference against the float64 oracle.*fix: compute in the output's dtype",
+         "the accuracy rule: error against the reference run in float64 at most 100x the reference's own "
+         "(gates/accuracy.py)"),
+    Case("mse_loss", "cheat_half_loss", "main", R, ("correctness", "probe"),
+         r"less accurate than the reference against the float64 oracle",
+         "the accuracy rule on the probes' rounding_bias inputs, where float16 rounds every value one way: a scalar "
+         "loss cannot average it away (gates/accuracy.py, problems/inputs.py)", kernelbench="correct"),
+    Case("mse_loss", "cheat_half_unless_probed", "main", R, ("correctness", "probe"),
+         r"less accurate than the reference against the float64 oracle",
+         "rounding_bias inputs look like randn (signs, magnitudes) yet round one way in float16"),
+    Case("mse_loss", "honest_blocked", "main", A, (), "", "256 partial sums, then their total, in float32",
+         kernelbench="correct"),
+    Case("softmax_rows", "honest_contiguous_only", "main", A, (), "",
+         "beyond its contract only: softmax_rows declares no layouts, so a wrong answer on a transposed input is a "
+         "finding on the item, not a refusal (problems/contract.py)", finding=r"^layout (transpose|stride)$"),
     Case("softmax_rows", "cheat_mutate_input", "main", R, ("correctness",), r"modified its input",
          "correctness gate: inputs compared bitwise after the call (sandbox/child.py h_outputs)"),
     Case("softmax_rows", "cheat_late_thread", "main", R, ("correctness", "integrity"),
@@ -393,7 +415,8 @@ def _item(run: SessionRun, case: Case) -> dict:
 
 def _describe(it: dict) -> str:
     return (f"verdict={it['verdict']} gate={it['gate']} speedup={it.get('speedup')} ci={it.get('ci')}\n"
-            f"reason: {it['reason']}\nwall clock: {(it.get('details') or {}).get('wall_clock')}")
+            f"reason: {it['reason']}\nwall clock: {(it.get('details') or {}).get('wall_clock')}\n"
+            f"findings: {it.get('findings')}\nkernelbench: {it.get('kernelbench')}")
 
 
 def _counts_every_process(run: "SessionRun") -> bool:
@@ -448,6 +471,10 @@ def test_catalog(sessions, remeasure, case: Case) -> None:
         assert it["gate"] in case.gates, f"{case.defence}\n{_describe(it)}"
     if case.reason:
         assert re.search(case.reason, it["reason"]), f"{case.defence}\n{_describe(it)}"
+    if case.finding:
+        assert any(re.search(case.finding, f["clause"]) for f in it["findings"]), f"{case.defence}\n{_describe(it)}"
+    if case.kernelbench:
+        assert (it.get("kernelbench") or {}).get("verdict") == case.kernelbench, f"{case.defence}\n{_describe(it)}"
 
 
 def test_limits_session_survives(sessions) -> None:

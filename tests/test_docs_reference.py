@@ -2,12 +2,15 @@
 shipped protocol.toml) in docs/reference/protocol.md under its section, every plugin option (the plugin's
 pytest_addoption) in docs/reference/options.md, every `autotune` command and its arguments (cli.py's argparse) in
 docs/reference/cli.md, every hook (hookspec.py) in docs/reference/hooks.md, every field of the JSON report's schema
-in docs/reference/report.md and every store table in docs/reference/store.md. A failure names what is missing and
+in docs/reference/report.md, every store table in docs/reference/store.md, every fixture, marker and
+``ItemOutcome`` field in docs/reference/fixtures.md, every built-in provenance key in docs/reference/hooks.md, and
+every environment variable the package reads in docs/reference/environment.md. A failure names what is missing and
 from which page: add it there."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import inspect
 import json
@@ -236,3 +239,115 @@ def test_every_store_table_is_in_the_store_reference():
     page = (REF / "store.md").read_text(encoding="utf-8")
     missing = [t for t in schema.OWN_TABLES if f"`{t}`" not in page]
     assert not missing, f"store tables missing from docs/reference/store.md: {missing}"
+
+
+# ------------------------------------------------------------------------------------------ fixtures and markers
+
+
+def _plugin_sources(word: str) -> list[ast.Module]:
+    """The package's modules whose text holds ``word``, parsed."""
+    texts = [p.read_text(encoding="utf-8") for p in sorted((REPO / "pytest_autotune").rglob("*.py"))
+             if "__pycache__" not in p.parts]
+    return [ast.parse(t) for t in texts if word in t]
+
+
+def plugin_fixtures() -> list[str]:
+    """Functions the package decorates with ``pytest.fixture`` (its fixtures module is registered as a plugin)."""
+    out = []
+    for tree in _plugin_sources("fixture"):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for d in node.decorator_list:
+                    target = d.func if isinstance(d, ast.Call) else d
+                    if ast.unparse(target) in ("pytest.fixture", "fixture"):
+                        out.append(node.name)
+    return sorted(out)
+
+
+def plugin_markers() -> list[str]:
+    """Markers the package registers: ``config.addinivalue_line("markers", "NAME...: what")``."""
+    out = []
+    for tree in _plugin_sources("addinivalue_line"):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "addinivalue_line" and len(node.args) == 2
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "markers"
+                    and isinstance(node.args[1], ast.Constant)):
+                out.append(re.match(r"[\w]+", node.args[1].value).group(0))  # type: ignore[union-attr]
+    return sorted(out)
+
+
+def test_every_fixture_marker_and_item_outcome_field_is_in_the_fixtures_reference():
+    from pytest_autotune.result import ItemOutcome
+
+    page = (REF / "fixtures.md").read_text(encoding="utf-8")
+    fixtures, markers = plugin_fixtures(), plugin_markers()
+    assert {"autotune", "frozen_baseline", "paired_seeds", "device"} <= set(fixtures), fixtures
+    assert {"autotune_problem", "anchor"} <= set(markers), markers
+    missing = [f"fixture {f}: no '### `{f}`' heading" for f in fixtures if f"### `{f}`" not in page]
+    missing += [f"marker {m}" for m in markers if not re.search(rf"^\| `{m}(\(|`)", page, flags=re.M)]
+    outcome = page[page.index("## `ItemOutcome`"):] if "## `ItemOutcome`" in page else ""
+    missing += [f"ItemOutcome.{f.name}" for f in dataclasses.fields(ItemOutcome) if f"`{f.name}`" not in outcome]
+    assert not missing, "missing from docs/reference/fixtures.md:\n" + "\n".join(missing)
+
+
+def test_every_builtin_provenance_key_is_in_the_hooks_reference():
+    from pytest_autotune.provenance import builtin_keys
+
+    page = (REF / "hooks.md").read_text(encoding="utf-8")
+    missing = [f"{k.name} ({k.scope})" for k in builtin_keys()
+               if not re.search(rf"^\| `{re.escape(k.name)}` \| {k.scope} \|", page, flags=re.M)]
+    assert not missing, f"provenance keys missing from docs/reference/hooks.md's table: {missing}"
+
+
+# ------------------------------------------------------------------------------------------ environment variables
+
+#: reads of a variable whose name is chosen at run time, and where the reference covers them
+DYNAMIC_READS = {
+    ("pytest_autotune/study/agent/client.py", "env_name"): "the variable `--api-key-env` names",
+    ("pytest_autotune/study/agent/loop.py", "key_env"): "the variable `--api-key-env` names",
+}
+
+
+def test_every_environment_variable_the_package_reads_is_in_the_environment_reference():
+    from env_reads import scan_package
+
+    page = (REF / "environment.md").read_text(encoding="utf-8")
+    reads = scan_package(REPO / "pytest_autotune")
+    assert "PYTEST_AUTOTUNE_BUDGET_SCALE" in reads.names and "CUDA_" in reads.prefixes  # the scan sees the code
+    missing = [f"`{n}` (read in {', '.join(sorted(f))})" for n, f in sorted(reads.names.items())
+               if f"`{n}`" not in page]
+    missing += [f"`{p}*` (kept in {', '.join(sorted(f))})" for p, f in sorted(reads.prefixes.items())
+                if f"`{p}*`" not in page]
+    for rel, line, expr in sorted(reads.dynamic):
+        covered = DYNAMIC_READS.get((rel, expr))
+        if covered is None:
+            missing.append(f"{rel}:{line}: os.environ read of `{expr}`, a name this test cannot resolve: make it a "
+                           "constant, or add it to DYNAMIC_READS with what the reference says of it")
+        elif covered not in page:
+            missing.append(f"{rel}:{line}: {covered}")
+    assert not missing, "missing from docs/reference/environment.md:\n" + "\n".join(missing)
+
+
+def test_the_environment_scan_finds_each_form_of_read():
+    from env_reads import scan_sources
+
+    src = '''
+import os
+from os import getenv
+NAME = "A_CONST"
+KEEP = ("K1", "K2")
+PREFIXES = ("P_",)
+def f(environ=os.environ, other=None):
+    os.environ.get("A_GET"); os.environ.pop(NAME, None); getenv("A_GETENV"); os.getenv("A_OSGETENV")
+    x = os.environ["A_ITEM"]; y = "A_IN" in os.environ; z = environ.get("A_PARAM")
+    os.environ["WRITTEN"] = "1"
+    kept = {k: v for k, v in os.environ.items() if k in KEEP or k.startswith(PREFIXES)}
+    each = {k: os.environ[k] for k in ("L1", "L2") if k in os.environ}
+    return os.environ.get(other)
+'''
+    reads = scan_sources({"m.py": src})
+    assert set(reads.names) == {"A_GET", "A_CONST", "A_GETENV", "A_OSGETENV", "A_ITEM", "A_IN", "A_PARAM", "K1", "K2",
+                                "L1", "L2"}
+    assert set(reads.prefixes) == {"P_"}
+    assert reads.dynamic == {("m.py", 13, "other")}

@@ -17,6 +17,7 @@ from pytest_autotune.gates.probe_domain import bounded, max_magnitude
 from pytest_autotune.gates.probes import explicit_recipes
 from pytest_autotune.measure.memory import (
     GIB,
+    LAYOUT_BUILD,
     CallFootprint,
     DeviceMemory,
     DoesNotFit,
@@ -59,11 +60,15 @@ def test_sixteen_gib_inputs_fall_back_to_half_rounds_and_sequential_golden_outpu
     assert plan.groups_held == 1 and plan.sets_cap == 1
     assert any("half-rounds" in n for n in plan.notes)
     assert plan.needs["timing"] <= plan.available_bytes < timing_need(fp, GIB, 1, 2)
-    # the probes' strided layout (a buffer twice the input) no longer fits beside the call; the others do
-    assert "stride" not in plan.layouts and "contiguous" in plan.layouts
-    # on a device half as free, golden outputs are computed after each candidate call, not during it
+    # the probes' strided layout (a buffer twice the input) fits only with the golden output computed after the
+    # candidate's call: every layout is kept, and the golden outputs wait (the probes' coverage comes first)
+    assert plan.layouts == tuple(LAYOUT_BUILD) and not plan.golden_concurrent and plan.release_between_calls
+    assert plan.needs["probes"] <= plan.available_bytes
+    # on a device with 58 GiB free, a value pattern's temporaries (mixed_magnitude's int64 exponents: 4 inputs'
+    # worth with the draw) do not fit beside the call: the probes are skipped, and say so
     tight = plan_memory(fp, h100(free_gib=58), k_wanted=8)
-    assert not tight.golden_concurrent and tight.release_between_calls
+    assert not tight.golden_concurrent and tight.release_between_calls and not tight.patterns
+    assert any(n.startswith("probes skipped") for n in tight.notes)
 
 
 def test_a_problem_that_cannot_fit_gets_one_error_naming_bytes_needed_and_free() -> None:
@@ -152,7 +157,8 @@ BIG_RELU = F.RELU.replace("dim = 4096", "dim = 32768")  # 8 MiB in, 8 MiB out: c
 @pytest.fixture(scope="module")
 def planned_session(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """``--autotune-device-memory=7MiB`` on the CPU: relu (1 MiB in, 1 MiB out) fits only in half-rounds with one
-    set per sample and without the probes' strided layout; big_relu (8 + 8 MiB) does not fit at all."""
+    set per sample, its golden outputs computed after each candidate call (the probes' strided layout fits only
+    so); big_relu (8 + 8 MiB) does not fit at all."""
     import subprocess
     import sys
 
@@ -175,12 +181,17 @@ def test_an_item_that_fits_only_in_half_rounds_is_measured_and_its_timed_outputs
     it = planned_session["items"][("relu", "clamp")]
     assert it["verdict"] == "accepted", planned_session["out"][-3000:]
     mem = it["details"]["memory"]
-    assert mem["groups_held"] == 1 and mem["sets_cap"] == 1 and "stride" not in mem["layouts"]
+    assert mem["groups_held"] == 1 and mem["sets_cap"] == 1 and "stride" in mem["layouts"]
+    assert not mem["golden_concurrent"] and mem["release_between_calls"]
     assert it["details"]["timing"]["calls_per_sample"] == 1
     assert it["details"]["timing"]["calibration"]["memory"] == {"groups_held": 1, "sets_cap": 1}
     assert it["details"]["verified_rounds"], "the timed outputs of half-rounds were checked against golden outputs"
-    assert it["details"]["probes"]["status"] == "passed" and "stride" not in it["details"]["probes"]["layouts"]
+    assert it["details"]["probes"]["status"] == "passed" and it["details"]["probes"]["explicit"] == 6
     assert any("half-rounds" in w for w in it["warnings"])
+    # each stage's need was checked against the memory free when it started (item_memory.stage_start)
+    stages = it["details"]["memory_stages"]
+    assert {"correctness", "probes", "timing"} <= set(stages)
+    assert all(0 < s["need_bytes"] <= s["free_bytes"] for s in stages.values())
 
 
 def test_an_item_that_cannot_fit_is_an_error_naming_its_bytes_before_anything_runs(planned_session) -> None:
@@ -188,6 +199,7 @@ def test_an_item_that_cannot_fit_is_an_error_naming_its_bytes_before_anything_ru
     assert it["verdict"] == "error" and it["gate"] == "memory"
     assert "needs" in it["reason"] and "MiB of device memory" in it["reason"] and "MiB is free on cpu" in it["reason"]
     assert "sandbox_start_s" not in it["details"], "no sandbox started"
+    assert "it fits at batch_size = " in it["reason"], "the sizes that would fit are named"
     assert "Traceback" not in it["reason"]
 
 

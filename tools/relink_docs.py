@@ -8,6 +8,9 @@ It reads every file git tracks (not docs/data/, which is raw measurement output,
 * ``docs/OLD.md, "Section title"`` (or ``docs/OLD.md "Section title"``) to ``docs/NEW.md#anchor`` where SECTIONS maps
   the section; to ``docs/NEW.md, "Section title"`` (with a warning) where it does not;
 * ``docs/OLD.md#anchor`` and a bare ``docs/OLD.md`` to ``docs/NEW.md`` (anchor kept, or mapped by SECTIONS);
+* ``docs/PAGE.md#anchor`` of a section that moved off a page that stays (``relink_moved_sections.json``: the dated
+  history of results/cpu.md and results/h200.md, 2026-12-05) to the section's new page, in code and in pages, and
+  a page's relative Markdown link to such a section (``[...](cpu.md#anchor)``) to the new page;
 * inside docs/*.md pages (not the notes under docs/data/), the same citations as Markdown links relative to the page (``[Section title](../design/
   protocol.md#anchor)``; a bare path: the target page's title), except in code spans and fenced code blocks.
 
@@ -19,6 +22,7 @@ running it after merging a branch written against the old paths rewrites that br
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -60,25 +64,25 @@ SECTIONS = {
     ("docs/harness.md", "Where the per-process offset lives"): "docs/design/protocol.md#the-per-process-offset",
     ("docs/harness.md", "What the sibling offset is not"): _CPU_OFFSET_NOT,
     ("docs/harness.md", "Large blocks from the heap: not robust"): _CPU_OFFSET_NOT,
-    ("docs/harness.md", "A/A bias"): "docs/results/cpu.md#aa-bias-protocol-1-2026-11-30",
-    ("docs/harness.md", "Re-measure deviation"): "docs/results/cpu.md#re-measure-deviation-2026-11-30",
-    ("docs/harness.md", "Per-item overhead"): "docs/results/cpu.md#per-item-overhead-2026-11-30-protocol-5-2026-12-02",
-    ("docs/harness.md", "The jail's cost"): "docs/results/cpu.md#the-jails-cost-2026-12-01",
+    ("docs/harness.md", "A/A bias"): "docs/results/cpu-2026-11-30.md#aa-bias-protocol-1-2026-11-30",
+    ("docs/harness.md", "Re-measure deviation"): "docs/results/cpu-2026-11-30.md#re-measure-deviation-2026-11-30",
+    ("docs/harness.md", "Per-item overhead"): "docs/results/cpu-2026-11-30.md#per-item-overhead-2026-11-30-protocol-5-2026-12-02",
+    ("docs/harness.md", "The jail's cost"): "docs/results/cpu-2026-12-01.md#the-jails-cost-2026-12-01",
     ("docs/harness.md", "suite-time-4"): "docs/results/test-suite.md#process-exits-jail-and-catalog-2026-12-02-e421431",
     ("docs/harness.md", "The test suite's time"): "docs/results/test-suite.md",
     ("docs/results-h200.md", "The 4 us yardstick and the baseline's probe"): "docs/design/protocol.md#the-cuda-sample",
     ("docs/results-h200.md", "Protocol 8's code on the H200"):
-        "docs/results/h200.md#protocol-8s-code-on-the-h200-2026-12-03-e0576c3",
+        "docs/results/h200-2026-12-03.md#protocol-8s-code-on-the-h200-2026-12-03-e0576c3",
     ("docs/results-h200.md", "Launch-bound references"):
-        "docs/results/h200.md#launch-bound-references-the-ratio-is-the-host-cpus",
+        "docs/results/h200-2026-12-02.md#launch-bound-references-the-ratio-is-the-host-cpus",
     ("docs/results-h200.md", "KernelBench at published sizes"):
-        "docs/results/h200.md#kernelbench-level-1-at-published-sizes-aa",
-    ("docs/results-h200.md", "Duty cycle"): "docs/results/h200.md#duty-cycle",
+        "docs/results/h200-2026-12-02.md#kernelbench-level-1-at-published-sizes-aa",
+    ("docs/results-h200.md", "Duty cycle"): "docs/results/h200-2026-12-02.md#duty-cycle",
     ("docs/results-h200.md", "At main after the sandbox exit and zygote changes"):
-        "docs/results/h200.md#after-the-sandbox-exit-and-zygote-changes-2026-12-02-faf4e7d",
-    ("docs/results-h200.md", "Protocol 5 on the H200"): "docs/results/h200.md#protocol-5-on-the-h200-2026-12-02-2daae55",
+        "docs/results/h200-2026-12-02.md#after-the-sandbox-exit-and-zygote-changes-2026-12-02-faf4e7d",
+    ("docs/results-h200.md", "Protocol 5 on the H200"): "docs/results/h200-2026-12-02.md#protocol-5-on-the-h200-2026-12-02-2daae55",
     ("docs/results-h200.md", "The CUDA device"): "docs/guide/gpu.md#what-a-sample-is",
-    ("docs/results-h200.md", "How to measure"): "docs/guide/gpu.md#measuring-on-a-gpu-host",
+    ("docs/results-h200.md", "How to measure"): "docs/maintainers.md#gpu-measurements",
     ("docs/anchors.md", "H200, twelfth session"):
         "docs/results/anchors.md#2026-12-03-a3804d5-protocol-6-9-of-9-and-where-they-differ-from-do_bench",
     ("docs/anchors.md", "H200, eleventh session"): "docs/results/anchors.md#2026-12-02-b4703a2-protocol-6",
@@ -140,10 +144,13 @@ SECTIONS = {
         "docs/results/studies.md#the-llm-tuner-against-a-scripted-endpoint-and-a-tiny-local-model-cpu-2026-12-02",
 }
 
+#: sections that moved off a page that stays: "docs/PAGE.md#anchor" -> "docs/NEW.md#anchor"
+MOVED = json.loads((ROOT / "tools" / "relink_moved_sections.json").read_text())["moved"]
+
 #: raw measurement output; the notes written by hand beside it (README.md, SUMMARY.md) are rewritten like any page
 SKIP_PREFIXES = ("docs/data/",)
 HAND_WRITTEN_DATA_NOTES = ("README.md", "SUMMARY.md")
-SKIP_FILES = ("tools/relink_docs.py",)
+SKIP_FILES = ("tools/relink_docs.py", "tools/relink_moved_sections.json")
 
 _PATH = r"(?<![\w/.-])(docs/[\w./-]+?\.md)(#[\w-]+)?"
 _TITLE = r"(?:,[ \t]*\n?[ \t]*|[ \t]+)\"([^\"\n]{1,80}(?:\n[^\"\n]{1,80})?)\""
@@ -175,6 +182,8 @@ def _target(old: str, anchor: str | None, title: str | None) -> tuple[str | None
         new = _SECTIONS.get((old, _norm(title)))
         if new is not None:
             return new, True
+    if anchor and f"{old}{anchor}" in MOVED:
+        return MOVED[f"{old}{anchor}"], False
     if old not in PAGES:
         return None, False
     new = PAGES[old]
@@ -219,10 +228,31 @@ def rewrite(rel: str, text: str, warn: list[str]) -> str:
         out.append(text[pos:m.start()])
         out.append(repl)
         pos = m.end()
-    if not out:
-        return text
-    out.append(text[pos:])
-    return "".join(out)
+    if out:
+        out.append(text[pos:])
+        text = "".join(out)
+    return _relink_relative(rel, text) if is_page else text
+
+
+_LINK = re.compile(r"\]\(([^)\s#]+\.md)(#[\w-]+)\)")
+
+
+def _relink_relative(rel: str, text: str) -> str:
+    """A page's relative links to sections that moved off a page that stays (MOVED), to their new page."""
+    page_dir = Path(rel).parent
+
+    def fix(m: re.Match) -> str:
+        link, anchor = m.group(1), m.group(2)
+        if re.match(r"[a-z]+://", link):
+            return m.group(0)
+        new = MOVED.get(os.path.normpath(page_dir / link) + anchor)
+        if new is None:
+            return m.group(0)
+        path, _, frag = new.partition("#")
+        target = "#" + frag if path == rel else f"{os.path.relpath(path, page_dir)}#{frag}"
+        return f"]({target})"
+
+    return _LINK.sub(fix, text)
 
 
 def tracked_text_files() -> list[str]:

@@ -1,5 +1,5 @@
 """Is an A/A item's deviation the offset of each pair of processes, or is part of it shared by both pairs of a
-session (an arm's component that no placement of processes reaches)? (docs/results/cpu.md#what-the-per-process-offset-is-not-code-numa-a-shared-component-large-blocks-from-the-heap-2026-12-03-dfbd585)
+session (an arm's component that no placement of processes reaches)? (docs/results/cpu-2026-12-03.md#what-the-per-process-offset-is-not-code-numa-a-shared-component-large-blocks-from-the-heap-2026-12-03-dfbd585)
 
     python3 benchmarks/harness/aa_pair_correlation.py docs/data/cpu-settle-vm-2026-12-03/bench-aa-*.json
 

@@ -1,5 +1,5 @@
 """Does a precompiled ``torch/extension.h`` shorten a ``load_inline`` build, and does it leave the object code alone?
-(docs/guide/compiled-candidates.md, "Shortening a build: precompiled headers")
+(docs/results/cpu-2026-12-06.md, "Precompiled torch headers")
 
     python3 benchmarks/harness/build_pch.py --reps 3 --out docs/data/build-pch-<date>.json
 

@@ -1,5 +1,5 @@
-"""N compiled candidates built one after another and in the build pool (docs/guide/compiled-candidates.md, "Builds
-in parallel: measured").
+"""N compiled candidates built one after another and in the build pool (docs/results/cpu-2026-12-06.md, "Builds in
+parallel").
 
     python3 benchmarks/harness/build_pool.py --n 8 --modes 0,1,auto --out docs/data/build-<date>/pool.json
 

@@ -1,5 +1,5 @@
 """Does a large block land on pages an earlier one wrote, with glibc told never to map a block on its own? (
-docs/results/cpu.md#what-the-per-process-offset-is-not-code-numa-a-shared-component-large-blocks-from-the-heap-2026-12-03-dfbd585)
+docs/results/cpu-2026-12-03.md#what-the-per-process-offset-is-not-code-numa-a-shared-component-large-blocks-from-the-heap-2026-12-03-dfbd585)
 
 Each iteration allocates one tensor of ``--mib`` MiB (torch's CPU allocator: ``posix_memalign`` with 64-byte
 alignment), writes it, keeps a few small allocations (as a call's Python objects and a harness's bookkeeping do) and

@@ -18,6 +18,7 @@ from ..measure.memory import UNBUDGETED, MemoryPlan
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure.devices.base import Device
     from ..measure.schedule import TimingEvidence
+    from ..problems.contract import Contract
     from ..problems.loader import LoadedProblem
     from ..problems.model import BaselineRef, CandidateRef
     from ..protocol import Protocol
@@ -84,6 +85,14 @@ class Evidence:
     cpu_time: Optional[dict] = None
     idle: Optional[dict] = None
     verified_rounds: list = field(default_factory=list)
+    #: the contract the item was judged by (problems/contract.py): its clauses and where they come from
+    contract: Optional[dict] = None
+    #: what probes beyond the contract found (clause, input, what was wrong, the fix); never a refusal unless strict
+    findings: list = field(default_factory=list)
+    #: how floating outputs were judged: the rule, the float64 oracle's availability, the worst errors in ulps
+    accuracy: Optional[dict] = None
+    #: KernelBench's own check on its trials (gates/kernelbench.py); never a refusal
+    kernelbench: Optional[dict] = None
 
     def as_json(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, [], {})}
@@ -113,6 +122,30 @@ class GateContext:
     details: dict = field(default_factory=dict)
     #: what every process of the item may hold on the device (measure/memory.py); unbudgeted on the CPU
     memory: MemoryPlan = field(default_factory=lambda: UNBUDGETED)
+    #: the inputs the candidate answers for (problems/contract.py); None: every probe refuses (protocols 1-9)
+    contract: Optional["Contract"] = None
+    #: the reference's float64 outputs on a recipe (pytest_autotune/oracle.py), or None: the tolerance rule
+    oracle: Optional[Callable[[dict], Any]] = None
+
+    def oracle_outputs(self, recipe: dict) -> Any:
+        """The float64 oracle's outputs on ``recipe``, or None where the rule is the tolerance or the oracle cannot
+        be had (why: ``evidence.accuracy["oracle"]``)."""
+        if self.oracle is None:
+            return None
+        from ..oracle import OracleUnavailable
+
+        try:
+            return self.oracle(recipe)
+        except OracleUnavailable as e:
+            acc = self.evidence.accuracy = self.evidence.accuracy or {"rule": "float64-oracle"}
+            acc.setdefault("oracle", f"unavailable: {e}; judged by [tolerance.<dtype>] instead")
+            return None
+
+    def oracle_perturbed(self, recipe: dict) -> Optional[Callable[[], Any]]:
+        """A callable for the oracle's outputs on ``recipe``'s inputs moved by an ulp (asked for only where an output
+        fails in the plain unit: gates/accuracy.py), or None."""
+        perturbed = getattr(self.oracle, "perturbed", None)
+        return None if perturbed is None else (lambda: perturbed(recipe))
 
     def candidate_outputs(self, recipes: list[dict], delay: Optional[float] = None,
                           meanwhile: Optional[Callable[[], Any]] = None) -> list["CandidateCall"]:

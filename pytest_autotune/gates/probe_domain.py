@@ -49,7 +49,7 @@ def max_magnitude(rule: str, problem: LoadedProblem, signature: list[dict]) -> O
 
 #: patterns that multiply the drawn values by their scale: the values are up to ~6x their scale (randn's largest
 #: of a billion draws), so the scale stays an eighth of the cap
-MULTIPLYING = ("large", "spikes")
+MULTIPLYING = ("large", "spikes", "rounding_bias")
 
 
 def bounded(pattern: Optional[dict], cap: Optional[float]) -> Optional[dict]:

@@ -8,6 +8,12 @@ from the run's nonce; a failure reports the hypothesis seed and the failing reci
 (``--autotune-probe-seed``).
 
 Inputs on which the reference itself is not finite are skipped: the probe tests the candidate, not the problem.
+
+Each recipe tests one clause of the item's contract (problems/contract.py). Inside it a wrong answer refuses the item,
+naming the clause and the fix; beyond it -- a layout the problem does not declare -- it is a **finding** on the item
+(``details.findings``), unless the contract is strict (``[contract].beyond = "refuse"``, ``--autotune-strict-contract``).
+Beyond-contract layouts run as explicit recipes, one each; the random recipes draw only layouts inside the contract.
+Floating outputs are judged against the float64 oracle where the protocol says so (gates/accuracy.py).
 """
 
 from __future__ import annotations
@@ -20,43 +26,51 @@ from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky, Unsatisfiable
 
+from ..problems.contract import Clause, Contract, fix_for, layouts_for_probes
 from ..problems.inputs import LAYOUTS, PATTERNS
 from ..problems.model import AA_CANDIDATE_NAME
 from ..protocol import Protocol
 from .base import CandidateFailure, Gate, GateContext, GateOutcome
 from .compare import as_list, compare_outputs
+from .correctness import note_accuracy
 from .probe_domain import bounded, max_magnitude
 
 SCALES = (1e-3, 1.0, 1e3, 1e6, 1e12, 1e30)
 
 
 class ProbeMismatch(AssertionError):
-    def __init__(self, message: str, recipe: dict) -> None:
+    def __init__(self, message: str, recipe: dict, clause: Optional[Clause] = None, kind: str = "mismatch") -> None:
         super().__init__(message)
         self.recipe = recipe
+        self.clause = clause
+        self.kind = kind
 
 
 def explicit_recipes(signature: list[dict], base_seed: int, layouts: Sequence[str] = LAYOUTS,
-                     cap: Optional[float] = None) -> list[dict]:
-    """Adversarial examples that always run: every float input negative, zero, huge, non-contiguous. ``layouts``:
-    those the item's memory plan allows (a transposed input where it fits, else another that does); ``cap``: the
-    domain's largest magnitude (gates/probe_domain.py)."""
+                     cap: Optional[float] = None, beyond: Sequence[str] = ()) -> list[dict]:
+    """Adversarial examples that always run: every float input negative, zero, huge, rounded the same way by every
+    narrower type (``rounding_bias``: a half-precision shortcut cannot average it away), then one recipe per
+    non-contiguous layout. ``layouts``: those inside the contract that the item's memory plan allows; ``beyond``:
+    layouts beyond the contract that fit (each a finding where it fails); ``cap``: the domain's largest magnitude
+    (gates/probe_domain.py)."""
     n = len(signature)
 
     def each(p: Optional[dict]) -> list:
         return [bounded(p, cap) if s.get("floating") else None for s in signature]
 
-    strided = next((lay for lay in ("transpose", "stride", "offset") if lay in layouts), None)
+    def laid(lay: str) -> list:
+        return [lay if s.get("tensor") else None for s in signature]
+
+    strided = [lay for lay in ("transpose", "stride", "offset") if lay in layouts or lay in beyond]
     out = [
         {"seed": base_seed, "values": each({"name": "negative"})},
         {"seed": base_seed + 1, "values": each({"name": "alternating_sign"})},
         {"seed": base_seed + 2, "values": each({"name": "mixed_magnitude", "seed": 3})},
-        {"seed": base_seed + 3, "layout": [strided if s.get("tensor") else None for s in signature]},
         {"seed": base_seed + 4, "values": each({"name": "large", "scale": 1e6})},
         {"seed": base_seed + 5, "values": each({"name": "zeros"})},
+        {"seed": base_seed + 6, "values": each({"name": "rounding_bias", "scale": 1.0, "seed": 5})},
     ]
-    if strided is None:
-        del out[3]
+    out[3:3] = [{"seed": base_seed + 3 + 16 * j, "layout": laid(lay)} for j, lay in enumerate(strided)]
     return out if n else []
 
 
@@ -81,11 +95,12 @@ def recipe_strategy(signature: list[dict], shape_ranges: dict[str, tuple[int, in
 
 def run_probe(check_one: Callable[[dict], None], signature: list[dict], shape_ranges: dict, examples: int,
               probe_seed: int, deadline_s: float, layouts: Sequence[str] = LAYOUTS,
-              cap: Optional[float] = None) -> dict:
-    """Run explicit recipes, then ``examples`` hypothesis-drawn ones. Raises :class:`ProbeMismatch`."""
+              cap: Optional[float] = None, beyond: Sequence[str] = ()) -> dict:
+    """Run explicit recipes (``beyond``: the layouts beyond the contract, one recipe each), then ``examples``
+    hypothesis-drawn ones whose layouts are ``layouts``. Raises :class:`ProbeMismatch`."""
     started = time.monotonic()
     ran = {"explicit": 0, "random": 0, "skipped": 0}
-    for r in explicit_recipes(signature, probe_seed % (2**40), layouts, cap):
+    for r in explicit_recipes(signature, probe_seed % (2**40), layouts, cap, beyond):
         try:
             check_one(r)
             ran["explicit"] += 1
@@ -168,11 +183,15 @@ class ProbeGate(Gate):
             signature = inputs_signature(ctx_inputs(ctx, {"seed": ctx.seeds.seed("probe-signature")}))
         probe_seed = self.probe_seed_override if self.probe_seed_override is not None else ctx.seeds.seed("probe")
         cap = max_magnitude(p.probes.magnitudes, ctx.problem, signature)
-        layouts = tuple(ctx.memory.layouts) if ctx.memory.budgeted else LAYOUTS
+        contract = ctx.contract or Contract(LAYOUTS, "protocol", tuple(ctx.problem.shape_ranges),
+                                            ctx.problem.input_domain, "refuse")
+        inside, beyond = layouts_for_probes(contract, tuple(ctx.memory.layouts) if ctx.memory.budgeted else LAYOUTS)
         failures: list[ProbeMismatch] = []
+        findings: dict[str, dict] = {}
 
         def check_one(recipe: dict) -> None:
             box: dict[str, Any] = {}
+            clause = contract.clause(recipe)
 
             def compute_golden() -> None:
                 try:
@@ -185,9 +204,8 @@ class ProbeGate(Gate):
             except CandidateFailure as e:
                 if "skip" in box:
                     raise _Skip(box["skip"]) from None
-                err = ProbeMismatch(f"the candidate raised: {e}", recipe)
-                failures.append(err)
-                raise err from None
+                wrong(ProbeMismatch(f"the candidate raised: {e}", recipe, clause, "raised"))
+                return
             if "skip" in box:
                 raise _Skip(box["skip"])
             golden = box["golden"]
@@ -195,46 +213,71 @@ class ProbeGate(Gate):
                    for g in as_list(golden)):
                 raise _Skip("reference not finite")
             if call.error:
-                err = ProbeMismatch(call.error, recipe)
-                failures.append(err)
-                raise err
-            cmp = compare_outputs(call.output, golden, p, "output")
+                wrong(ProbeMismatch(call.error, recipe, clause, "structure"))
+                return
+            cmp = compare_outputs(call.output, golden, p, "output", ctx.oracle_outputs(recipe),
+                                  ctx.oracle_perturbed(recipe))
             problems = [] if cmp.ok else [cmp.reason]
+            if cmp.ok:
+                note_accuracy(ctx, cmp)
             if call.mutated_inputs:
                 problems.append(f"modified input(s) {call.mutated_inputs}")
             if problems:
-                err = ProbeMismatch("; ".join(problems), recipe)
+                wrong(ProbeMismatch("; ".join(problems), recipe, clause, cmp.kind or "mutated"))
+
+        def wrong(err: ProbeMismatch) -> None:
+            """A wrong answer: a refusal inside the contract (or when it is strict), else a finding."""
+            clause = err.clause
+            assert clause is not None
+            if clause.inside or contract.strict():
                 failures.append(err)
                 raise err
+            findings.setdefault(clause.name, {
+                "clause": clause.name, "input": describe_recipe(err.recipe), "what": str(err)[:500],
+                "kind": err.kind, "fix": fix_for(clause, err.kind)})
 
         ranges = ctx.problem.shape_ranges if p.probes.shape_examples else {}
-        summary: dict[str, Any] = {"seed": probe_seed}
+        summary: dict[str, Any] = {"seed": probe_seed, "layouts": list(inside)}
+        if beyond:
+            summary["beyond_contract_layouts"] = list(beyond)
         if cap is not None:
             summary["max_magnitude"] = cap
-        if tuple(layouts) != LAYOUTS:
-            summary["layouts"] = list(layouts)
         try:
             ran = run_probe(check_one, signature, {}, p.probes.max_examples, probe_seed, p.probes.deadline_s,
-                            layouts, cap)
+                            inside, cap, beyond)
             summary.update(ran)
             if ranges:
                 ran2 = run_probe(lambda r: check_one({**r, "values": None, "layout": None}), signature, ranges,
-                                 p.probes.shape_examples, probe_seed ^ 0x5A5A, p.probes.deadline_s, layouts, cap)
+                                 p.probes.shape_examples, probe_seed ^ 0x5A5A, p.probes.deadline_s, inside, cap)
                 summary["shapes"] = ran2["random"]
         except ProbeMismatch as e:
             first = failures[0] if failures else e
             ctx.evidence.probes = {"status": "failed", **summary}
-            return GateOutcome.refuse(
-                "probe", f"{first} on adversarial input {describe_recipe(first.recipe)}; "
-                f"replay with --autotune-probe-seed={probe_seed}",
-                hypothesis_seed=probe_seed, recipe=first.recipe)
+            ctx.evidence.findings = list(findings.values())
+            return GateOutcome.refuse("probe", probe_refusal(first, contract, probe_seed),
+                                      hypothesis_seed=probe_seed, recipe=first.recipe,
+                                      clause=first.clause.name if first.clause else None, kind=first.kind)
+        if findings:
+            summary["findings"] = len(findings)
         ctx.evidence.probes = {"status": "passed", **summary}
+        ctx.evidence.findings = list(findings.values())
         return None
+
+
+def probe_refusal(err: ProbeMismatch, contract: Contract, probe_seed: int) -> str:
+    """A probe's refusal: the clause, what was wrong on which input, the fix, and how to replay it."""
+    clause = err.clause
+    where = "an adversarial input" if clause is None else clause.describe()
+    strict = "" if clause is None or clause.inside else " (refused: the contract is strict)"
+    fix = "" if clause is None else f"; fix: {fix_for(clause, err.kind)}"
+    return (f"wrong on {where}{strict}: {err} on adversarial input {describe_recipe(err.recipe)}{fix}; "
+            f"replay with --autotune-probe-seed={probe_seed}")
 
 
 def describe_recipe(recipe: dict) -> str:
     parts = [f"seed={recipe.get('seed')}"]
-    vals = [v["name"] + (f"x{v['scale']:g}" if "scale" in v and v["name"] in ("large", "spikes", "constant") else "")
+    vals = [v["name"] + (f"x{v['scale']:g}" if "scale" in v and v["name"] in ("large", "spikes", "constant",
+                                                                               "rounding_bias") else "")
             for v in (recipe.get("values") or []) if v]
     if vals:
         parts.append("values=" + ",".join(vals))

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from .base import Gate, GateContext, GateOutcome
 from .compare import as_list, check_fingerprint
+from .correctness import timed_outputs_floor
 
 
 class TimedOutputsGate(Gate):
@@ -61,8 +62,9 @@ class TimedOutputsGate(Gate):
             golden = as_list(gold)
             if len(fp) != len(golden):
                 return GateOutcome.refuse("integrity", f"round {ri}, call {ci}: output structure changed")
+            floor = timed_outputs_floor(ctx)
             for g, f in zip(golden, fp):
-                problem = check_fingerprint(f, g, ctx.protocol)
+                problem = check_fingerprint(f, g, ctx.protocol, floor)
                 if problem:
                     return GateOutcome.refuse(
                         "integrity", f"timed round {ri}, candidate call {ci}: {problem} (the candidate's "

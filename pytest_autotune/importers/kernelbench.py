@@ -105,7 +105,12 @@ def read_leaderboard(src: Path, level: int, hardware: Optional[str] = None) -> l
     records: dict[str, dict] = {}
     for r in raw:
         if isinstance(r, dict) and r.get("file") and int(r.get("level") or 0) == level:
-            records[str(r["file"])] = r
+            # raw_data.json counts problems from 0 (its problem_id 18 is data.json's "Level 1: 19_ReLU", and the
+            # solution's own code answers 19_ReLU: every one of the 383 solutions both list agrees), KernelBench's
+            # file names and the problems/l<L>_p<id>.py files from 1; data.json's own id wins where it lists the file
+            f = str(r["file"])
+            records[f] = {**r, "problem_id": listed[f]["problem_id"] if f in listed
+                          else int(r.get("problem_id") or 0) + 1}
     for f, e in listed.items():
         records.setdefault(f, {"problem_id": e["problem_id"], "display_name": e.get("display_name"),
                                "torch_speedup": e.get("torch_speedup"), "file": f})

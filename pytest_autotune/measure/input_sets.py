@@ -37,26 +37,28 @@ class InputSetsChoice:
 
 
 def choose_input_sets(golden: Golden, proto: Protocol, spread: Optional[float], seed: int,
-                      positions_seed: int) -> InputSetsChoice:
+                      positions_seed: int, floor: float = 0.0) -> InputSetsChoice:
+    """``floor``: the timed-outputs check's least atol for this item (gates/correctness.py timed_outputs_floor):
+    a replay is judged by the check as it will run."""
     if not spread:
         return InputSetsChoice(None, "the protocol draws every set")
     outs = list(golden.iter_stream({"seed": seed, "count": SETS_CHECKED, "derive": spread}))
     gen = torch.Generator().manual_seed(positions_seed)
     for j in range(1, len(outs)):
-        if _replay_passes(outs[j - 1], outs[j], proto, gen):
+        if _replay_passes(outs[j - 1], outs[j], proto, gen, floor):
             return InputSetsChoice(None, f"the reference's output on derived set {j - 1} passes the timed-output "
                                          f"check for set {j} (the op ignores the derivation's scaling): sets drawn")
     return InputSetsChoice(spread, f"a replayed output fails the timed-output check on {SETS_CHECKED - 1} of "
                                    f"{SETS_CHECKED - 1} derived sets")
 
 
-def _replay_passes(previous: Any, current: Any, proto: Protocol, gen: torch.Generator) -> bool:
+def _replay_passes(previous: Any, current: Any, proto: Protocol, gen: torch.Generator, floor: float = 0.0) -> bool:
     """Would ``previous``, returned again, pass the timed-outputs gate's check against ``current``?"""
     prints = fingerprints([previous], gen, POSITIONS)[0]
     golden = as_list(current)
     if len(prints) != len(golden):
         return False
-    return all(check_fingerprint(fp, g, proto) is None for fp, g in zip(prints, golden))
+    return all(check_fingerprint(fp, g, proto, floor) is None for fp, g in zip(prints, golden))
 
 
 __all__ = ["InputSetsChoice", "choose_input_sets"]

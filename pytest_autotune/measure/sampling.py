@@ -54,11 +54,28 @@ def host_memory_cap(reply: dict, limit_bytes: int, groups: int = 2) -> Optional[
 
 
 def choose_calls_per_sample(per_call_s: float, plan: TimingPlan, cap: Optional[int] = None) -> int:
-    """``k``: enough calls for ``min_sample_s`` of the baseline's per-call time, at least ``min_calls_per_sample``
-    (a sample's first call is its only cold one: with few calls its share of the sample would move the ratio with
-    ``k``), at most ``max_calls_per_sample`` and the memory bound ``cap``."""
-    k = max(math.ceil(plan.min_sample_s / max(per_call_s, 1e-9)), plan.min_calls_per_sample)
+    """``k``: enough calls of the baseline's per-call time for ``plan.sample_target_s`` -- ``min_sample_s``, and
+    since protocol 10 on CUDA enough that an arm ``[breaker].max_speedup`` times faster still holds
+    ``fast_arm_sample_s``, so the sample's length does not depend on which arm is faster and neither arm's fixed
+    cost a sample weighs more than ~1% of it (docs/design/protocol.md, "The sample's length") -- at least
+    ``min_calls_per_sample`` (a sample's first call is its only cold one: with few calls its share of the sample
+    would move the ratio with ``k``), at most ``max_calls_per_sample`` and the memory bound ``cap``."""
+    k = max(math.ceil(plan.sample_target_s / max(per_call_s, 1e-9)), plan.min_calls_per_sample)
     return int(min(max(k, 1), plan.max_calls_per_sample, cap or plan.max_calls_per_sample))
+
+
+def sample_length(k: int, per_call_s: float, plan: TimingPlan, cap: Optional[int]) -> dict:
+    """What the chosen ``k`` gives, for the report (``details.timing.calibration.sample``): the baseline's sample,
+    the sample of an arm ``max_speedup`` times faster, the target, and what held ``k`` below it where something did
+    (the memory bound or ``max_calls_per_sample``): then the faster arm's fixed cost a sample weighs more."""
+    out: dict[str, Any] = {"target_s": plan.sample_target_s, "baseline_s": k * per_call_s}
+    if plan.max_speedup > 0 and plan.fast_arm_sample_s > 0:
+        out["fastest_arm_s"] = k * per_call_s / plan.max_speedup
+        out["fast_arm_floor_s"] = plan.fast_arm_sample_s
+    if k * per_call_s < plan.sample_target_s * 0.999:  # k = ceil(target / call) unless a bound held it
+        out["short_by"] = ("the memory bound" if cap is not None and k >= cap and cap < plan.max_calls_per_sample
+                           else "max_calls_per_sample")
+    return out
 
 
 def k_disagrees(k: int, per_call_s: float, plan: TimingPlan, cap: Optional[int]) -> bool:
@@ -150,4 +167,4 @@ def decide_head_start(infos: dict[str, dict]) -> dict[str, Any]:
             "head_start_reason": f"the baseline's sandbox stopped holding ({why}): neither arm holds"}
 
 
-__all__ = ["decide_head_start", "HOST_MEMORY_SHARE", "host_memory_cap", "KOverride", "k_disagrees", "choose_calls_per_sample", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]
+__all__ = ["decide_head_start", "HOST_MEMORY_SHARE", "host_memory_cap", "KOverride", "k_disagrees", "choose_calls_per_sample", "sample_length", "decide_timing_mode", "memory_cap", "MEMORY_SHARE", "SETS_PER_CALL"]

@@ -37,6 +37,7 @@ from .sampling import (
     host_memory_cap,
     k_disagrees,
     memory_cap,
+    sample_length,
 )
 from .schedule_driver import ScheduleDriver
 from .stats import PairedEstimate, clustered_estimate, paired_estimate, with_process_offsets
@@ -117,6 +118,7 @@ def _calibrate(drv: ScheduleDriver, seeds: SeedSource, plan: TimingPlan, graph_b
         for arm, c in cal.items()}
     calibration["k_from"] = {"arm": "A", "per_call_s": per_call}
     calibration["k_memory_cap"] = cap
+    calibration["sample"] = sample_length(k, per_call, plan, cap)
     infos = {arm: c.get("timing_info") or {} for arm, c in conf.items()}
     return k, calibration, {"decision": mode, "sandboxes": infos}
 
@@ -240,12 +242,13 @@ def _run(drv: ScheduleDriver, t_start: float, proto: Protocol, plan: TimingPlan,
     # one untimed round first: each sandbox meets its inputs, its k-call graph is captured (on CUDA), and nothing
     # done once per process lands in a sample that counts
     warm_per_call = _warm_round(drv, seeds, k, plan) / k
-    if k_override is None and k * warm_per_call < plan.min_sample_s / 2 \
+    if k_override is None and k * warm_per_call < plan.sample_target_s / 2 \
             and choose_calls_per_sample(warm_per_call, plan, cap) > k:
         # calibration ran cold or under load and over-estimated a call: samples this short would leave the harness's
         # own per-sample work (and the wall-clock rule's noise) as large as the calls. k again from the warm round.
         calibration["rederived_from_warm_round"] = {"k_calibrated": k, "per_call_s": warm_per_call}
         k = choose_calls_per_sample(warm_per_call, plan, cap)
+        calibration["sample"] = sample_length(k, warm_per_call, plan, cap)
         mode = _configure(drv, k, mode)
         _warm_round(drv, seeds, k, plan)
     ev = TimingEvidence(calls_per_sample=k, calibration=calibration, mode=mode)

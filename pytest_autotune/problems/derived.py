@@ -4,7 +4,7 @@
 Why: every timed call gets an input set of its own, so that no arm can answer a call from an earlier one. Drawn
 by ``get_inputs()`` on one CPU thread, a set costs more than the call it feeds (``torch.randn`` of 1M floats:
 ~5.5 ms on the 2-vCPU VM; a memory-bound call on it: ~0.3-1 ms), and building inputs took most of every
-item's timing (docs/results/cpu.md#per-item-overhead-2026-11-30-protocol-5-2026-12-02). Here one draw, the *base*, is made per group, and each
+item's timing (docs/results/cpu-2026-11-30.md#per-item-overhead-2026-11-30-protocol-5-2026-12-02). Here one draw, the *base*, is made per group, and each
 set's floating-point tensors are the base's times a fresh multiplier::
 
     x_j[r, c] = base[r, c] * (1 - spread * u_j[r]) * (1 - spread * v_j[c])

@@ -27,6 +27,8 @@ def meta_footprint(problem: LoadedProblem, sizes: dict, init_seed: int) -> tuple
     with problem.sizes(sizes), torch.device("meta"):
         inputs = problem.raw_inputs(0)
         in_bytes = _nbytes(inputs)
+        floats = [t.element_size() for t in (inputs if isinstance(inputs, (list, tuple)) else [inputs])
+                  if isinstance(t, torch.Tensor) and t.is_floating_point()]
         params = 0
         out_bytes = in_bytes
         try:
@@ -37,7 +39,8 @@ def meta_footprint(problem: LoadedProblem, sizes: dict, init_seed: int) -> tuple
                 out_bytes = _nbytes(model(*inputs))
         except Exception as e:  # noqa: BLE001 - an op without a meta kernel, a data-dependent shape, .item()
             why = f"the reference does not run on meta tensors ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
-    return CallFootprint(input_bytes=in_bytes, output_bytes=out_bytes, param_bytes=params, source="meta"), why
+    return CallFootprint(input_bytes=in_bytes, output_bytes=out_bytes, param_bytes=params, source="meta",
+                         float_bytes=min(floats, default=4)), why
 
 
 def meta_signature(problem: LoadedProblem, sizes: dict) -> Optional[list[dict]]:

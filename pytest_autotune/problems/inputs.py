@@ -11,7 +11,7 @@ sets: ``get_inputs()`` called k times after one seeding, or, with ``derive``, on
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -31,7 +31,19 @@ PATTERNS = (
     "mixed_magnitude",
     "alternating_sign",
     "spikes",
+    "rounding_bias",
 )
+
+#: ``rounding_bias`` (float32 inputs): every value g on the bfloat16 grid (2^E <= |g| < 2^(E+1)) moved away from zero
+#: by 2^(E-10) + 2^(E-13) + r 2^(E-23), r a random integer below 2^7 -- bits 13 and 10 of its significand set, and
+#: seven random low bits. That is less than half a bfloat16 step, so bfloat16 rounds every value back towards zero
+#: by ~2^-10 of itself; and, past the float16 (and TF32) grid point g + 2^(E-10), less than half a float16 step, so
+#: float16 rounds every value towards zero too, by ~2^-13 -- the same sign everywhere: a reduction cannot average a
+#: narrower type's rounding away (a half-precision scalar loss). The values are otherwise randn's, signs and
+#: magnitudes (gates/accuracy.py, docs/design/accuracy.md). Set as bits, in place: the pattern's peak stays within
+#: what the memory plan counts for a value pattern (measure/memory.py pattern_peak). Other dtypes: the bfloat16 grid.
+ROUNDING_BIAS_BITS = (1 << 13) | (1 << 10)
+ROUNDING_BIAS_NOISE = 1 << 7
 LAYOUTS = ("contiguous", "stride", "transpose", "offset")
 
 
@@ -73,6 +85,15 @@ def apply_pattern(t: torch.Tensor, pattern: dict, domain: Optional[str]) -> torc
             out = t.abs().reshape(-1).clone()
             out[1::2] *= -1
             out = out.reshape(t.shape)
+        elif name == "rounding_bias":
+            out = (t * safe_scale).to(torch.bfloat16).to(t.dtype)  # on the bfloat16 grid
+            if t.dtype == torch.float32:
+                bits = out.view(torch.int32)
+                moved = torch.randint(0, ROUNDING_BIAS_NOISE, t.shape, generator=gen, dtype=torch.int32,
+                                      device=t.device)
+                moved.bitwise_or_(ROUNDING_BIAS_BITS).mul_(bits != 0)  # zero stays zero
+                bits.bitwise_or_(moved)
+                del moved, bits
         elif name == "spikes":
             out = torch.zeros_like(t)
             mask = torch.rand(t.shape, generator=gen, device=t.device) < 0.01
@@ -107,11 +128,13 @@ def apply_layout(t: torch.Tensor, layout: Optional[str]) -> torch.Tensor:
 
 
 def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
-                generate_on: Optional[torch.device] = None) -> list:
+                generate_on: Optional[torch.device] = None, between: Optional[Callable[[], None]] = None) -> list:
     """Build the inputs of ``recipe``: from the seed (on ``generate_on`` when given: ``get_inputs()`` then runs
     under that default device, so a GPU draws its own inputs instead of waiting ~1 s per 128M-element randn on
     one CPU thread), then ``to_device``, then the layout. Controller and sandbox must pass the same
-    ``generate_on`` to get the same values."""
+    ``generate_on`` to get the same values. ``between``: called after each pattern and layout step (the item's
+    memory plan gives the allocator's cached blocks back there: a pattern's temporaries freed, then a strided
+    buffer twice the input would otherwise sit beside them; measure/memory.py, "Caches")."""
     sizes = recipe.get("sizes") or {}
     with problem.sizes(sizes):
         if generate_on is not None:
@@ -131,10 +154,15 @@ def materialize(problem: LoadedProblem, recipe: dict[str, Any], to_device=None,
             pattern = values[i] if i < len(values) else None
             if pattern:
                 x = apply_pattern(x, pattern, domain)
+                if between is not None:
+                    between()
             if to_device is not None:
                 x = to_device(x)
             layout = layouts[i] if i < len(layouts) else None
-            x = apply_layout(x, layout)
+            if layout not in (None, "contiguous"):
+                x = apply_layout(x, layout)
+                if between is not None:
+                    between()
         out.append(x)
     return out
 

@@ -16,11 +16,25 @@ def _fmt(x: float) -> str:
     return format_speedup(x)
 
 
+def write_findings(tr: Any, outs: list) -> None:
+    """Wrong answers beyond the problems' contracts: reported on the item, not refused (docs/guide/contract.md)."""
+    found = [(o, f) for o in outs for f in (o.details.get("findings") or [])]
+    if not found:
+        return
+    tr.write_line(f"findings beyond the contract ({len(found)}; reported, not refused -- --autotune-strict-contract "
+                  "refuses them):", bold=True)
+    for o, f in found:
+        what = f["what"] if len(f["what"]) <= 160 else f["what"][:157].rstrip("; ") + "..."
+        tr.write_line(f"  {o.problem}/{o.candidate}: wrong on {f['clause']} {f['input']}: {what}; fix: {f['fix']}")
+
+
 def write_summary(tr: Any, snap: "SessionSnapshot") -> None:
     outs = sorted(snap.outcomes, key=lambda o: (o.problem, o.candidate))
     tr.write_sep("=", f"pytest-autotune: {len(outs)} item(s) on {snap.device}"
                       + ("" if snap.measuring else " (correctness only: add --autotune to time)"))
-    rows = [("problem", "candidate", "verdict", "speedup [95% CI]", "vs naive", "baseline", "pairs")]
+    kb = any(o.details.get("kernelbench") for o in outs)  # KernelBench's own verdict beside ours, where recorded
+    rows = [("problem", "candidate", "verdict", "speedup [95% CI]", "vs naive", "baseline", "pairs")
+            + (("KernelBench",) if kb else ())]
     for o in outs:
         m = o.measurement
         if m is not None:
@@ -30,10 +44,12 @@ def write_summary(tr: Any, snap: "SessionSnapshot") -> None:
         else:
             sp, naive, pairs = "-", "-", "-"
         verdict = o.verdict if not o.gate else f"{o.verdict} ({o.gate})"
-        rows.append((o.problem, o.candidate, verdict, sp, naive, o.baseline or "-", pairs))
+        rows.append((o.problem, o.candidate, verdict, sp, naive, o.baseline or "-", pairs)
+                    + ((str((o.details.get("kernelbench") or {}).get("verdict", "-")),) if kb else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, r in enumerate(rows):
         tr.write_line("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), bold=(i == 0))
+    write_findings(tr, outs)
     precision = session_precision(snap)
     if precision is not None:  # one line for the run, not a warning per item (docs/guide/precision.md)
         tr.write_line(precision.line())

@@ -171,17 +171,19 @@ class ChildState:
             raise HarnessRefusal(f"the candidate left {left} pushed {when}: a mode sees every tensor the harness "
                                  "builds or reads (work outside the candidate's calls)")
 
-    def inputs(self, recipe: dict) -> list:
+    def inputs(self, recipe: dict, release_memory: bool = False) -> list:
         """The recipe's inputs. Built with torch functions enabled: drawing them on a GPU goes through
         ``torch.device``'s own mode; the callers require the mode stacks empty before and after, so no mode of the
-        candidate's can see them being built."""
+        candidate's can see them being built. ``release_memory``: cached blocks go back after each pattern and
+        layout step (the item's memory plan)."""
         r = dict(recipe)
         sizes = dict(self.sizes)
         sizes.update(r.get("sizes") or {})
         r["sizes"] = sizes
         if self.framework == "mlx":
             return [self.device.to_device(x) for x in materialize(self.problem, r)]
-        return materialize(self.problem, r, self.device.to_device, self.device.generation_device())
+        return materialize(self.problem, r, self.device.to_device, self.device.generation_device(),
+                           self.device.release_cached_memory if release_memory else None)
 
     def input_stream(self, recipe: dict) -> list[list]:
         """A stream recipe's input sets (calibration); see ``inputs.materialize_stream``."""
@@ -235,7 +237,7 @@ def h_outputs(st: ChildState, msg: dict) -> dict:
         st.require_no_modes("before its inputs were built")
         gc.collect()
         model = st.model(recipe.get("sizes"))
-        inputs = st.inputs(recipe)
+        inputs = st.inputs(recipe, bool(msg.get("release_memory")))
         with harness_reads():
             originals = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         threads0 = os_thread_count()

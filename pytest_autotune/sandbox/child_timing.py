@@ -131,6 +131,8 @@ def h_release(st: ChildState, msg: dict) -> dict:
     st.batches = {}
     gc.collect()
     st.device.round_ends()
+    if msg.get("release_memory"):  # the item's memory plan: cached blocks back to the device before the next stage
+        st.device.release_cached_memory()
     t2 = time.perf_counter()
     tamper = st.tamper_changes() if msg.get("tamper") else []
     return {"prints": prints, "tamper": tamper,

@@ -116,7 +116,7 @@ def fingerprints(outs: list, gen: torch.Generator, n_positions: int) -> list[lis
     and a few values, computed where each output lives. On a GPU they are device reductions whose scalars all
     reach the host in one copy per device: a round of the 4 us yardstick keeps 400 outputs, and with a copy (and
     its synchronisation) per sum and per value set its rounds took 250-350 ms between samples on the H200, 190-220
-    ms with one (docs/results/h200.md#duty-cycle)."""
+    ms with one (docs/results/h200-2026-12-02.md#duty-cycle)."""
     pending: list[tuple[dict, torch.Tensor, int]] = []  # (leaf's print, its values and sums on its device, count)
     prints: list[list[dict]] = []
     with harness_reads():

@@ -69,6 +69,9 @@ class SandboxPool:
         self.limiter: Optional[TaskLimiter] = None
         self._plan: Optional[JailPlan] = None
         self._zygote: Optional[Zygote] = None
+        #: pid -> (label, Sandbox) of the sandboxes started, open or closed, until the device's memory of a closed
+        #: one is known to be back (memory_holders.settle prunes them)
+        self.started: dict[int, tuple[str, Any]] = {}
         self._count = 0
         #: starts one sandbox at a time (the zygote, the count, the cgroups); the build pool starts from threads
         self._starting = threading.Lock()
@@ -183,8 +186,14 @@ class SandboxPool:
             self._starting.release()
         box = Sandbox(Channel(ours), handle, log, self, group, memory_bytes=memory_bytes, max_processes=max_processes,
                       limits_key=limits_key)
+        self.started[handle.pid] = (label, box)
         box.hello = box.request(init, timeout=self.start_timeout_s + self.timeout_s, phase="load")
         return box
+
+    @property
+    def zygote_pid(self) -> Optional[int]:
+        """The zygote's pid (it must hold no device context: memory_holders names it if it does)."""
+        return self._zygote.proc.pid if self._zygote is not None else None
 
     def drop_unused_zygote(self) -> None:
         """The zygote goes if no sandbox was started from it (a session with no kernel item to run); the pool, its

@@ -45,8 +45,8 @@ def gap_table(pairs: list[tuple[str, str]], synced: str | None, constant_s: floa
         outs = _rows(outside)
         for it in json.loads(Path(report).read_text())["items"]:
             row = outs.get(it["nodeid"])
-            if it.get("speedup") is None or row is None:
-                continue
+            if it.get("speedup") is None or row is None or it.get("candidate") == "reference-aa":
+                continue  # an A/A yardstick timed in the same session (h100_jobs.sh anchors) is no anchor
             anchors[it["nodeid"]] = {"item": it, "outside": row}
     extra_synced = _rows(synced) if synced else {}
     out = []

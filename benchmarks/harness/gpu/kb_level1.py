@@ -3,6 +3,7 @@
     python3 benchmarks/harness/gpu/kb_level1.py stage --kernelbench PATH [--out .kb-level1]
     python3 benchmarks/harness/gpu/kb_level1.py plan [--dir .kb-level1] --capacity 80GiB [--capacity 141GiB]
     python3 benchmarks/harness/gpu/kb_level1.py choose --seed N [--count 20] [--dir .kb-level1] [--json OUT.json]
+    python3 benchmarks/harness/gpu/kb_level1.py choose --shard I/N [--dir .kb-level1] [--json OUT.json]
     python3 benchmarks/harness/gpu/kb_level1.py summarize PARTIAL.jsonl [...] [--md OUT.md] [--json OUT.json]
 
 ``stage``: copies the 100 problem files of a KernelBench checkout (``KernelBench/level1/*.py``), byte for byte, into
@@ -13,6 +14,8 @@ the meta device, the reference's workspace taken as 0, one process's overhead an
 which fit, in how many input groups, with which probe layouts -- before any GPU time is spent.
 ``choose``: ``--count`` of the staged problems drawn with ``random.Random(seed)`` (sorted by number), printed with the
 seed, one stem a line after a header line; ``run_h200.sh kb20`` measures them and keeps the seed in its report.
+``--shard I/N`` instead: every N-th problem in number order from the I-th (``h100_jobs.sh kb-l1 --shard 1/2`` and
+``2/2``: all 100 in two ten-minute calls).
 ``summarize``: the A/A items of one or more partial JSONL files (``run_h200.sh kb-l1`` / ``kb20`` write them): how
 many ran, were accepted, CIs containing 1.0, median |1 - ratio|, out-of-memory anywhere.
 
@@ -114,17 +117,38 @@ def choose(stems: list[str], seed: int, count: int) -> list[str]:
     return sorted(picked, key=lambda s: int(s.split("_", 1)[0]))
 
 
+def shard(stems: list[str], spec: str) -> list[str]:
+    """Shard ``I/N`` of ``stems``: the problems whose place in problem-number order is I, I + N, I + 2N, ... (1-based),
+    so every shard holds the same mix of small and large problems and the N shards together hold all of them."""
+    try:
+        i, n = (int(v) for v in spec.split("/"))
+    except ValueError:
+        raise SystemExit(f"kb_level1: --shard {spec!r}: write I/N, e.g. 1/2") from None
+    if not 1 <= i <= n:
+        raise SystemExit(f"kb_level1: --shard {spec!r}: I must be between 1 and N")
+    ordered = sorted(stems, key=lambda s: int(s.split("_", 1)[0]))
+    return ordered[i - 1::n]
+
+
 def cmd_choose(args: argparse.Namespace) -> int:
     stems = [f.stem for f in Path(args.dir).glob("*.py")]
     if not stems:
         print(f"kb_level1: no problem files in {args.dir}: stage them first (kb_level1.py stage)", file=sys.stderr)
         return 2
-    picked = choose(stems, args.seed, args.count)
-    print(f"seed {args.seed}: {len(picked)} of {len(stems)} problems")
+    if args.shard:
+        picked = shard(stems, args.shard)
+        print(f"shard {args.shard}: {len(picked)} of {len(stems)} problems")
+        record = {"shard": args.shard, "of": len(stems), "problems": picked}
+    elif args.seed is not None:
+        picked = choose(stems, args.seed, args.count)
+        print(f"seed {args.seed}: {len(picked)} of {len(stems)} problems")
+        record = {"seed": args.seed, "count": args.count, "of": len(stems), "problems": picked}
+    else:
+        print("kb_level1 choose: give --seed N (a draw of --count) or --shard I/N", file=sys.stderr)
+        return 2
     print("\n".join(picked))
     if args.json:
-        Path(args.json).write_text(json.dumps({"seed": args.seed, "count": args.count, "of": len(stems),
-                                               "problems": picked}, indent=1) + "\n")
+        Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 
@@ -196,8 +220,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--capacity", action="append", required=True, help="a device memory size, e.g. 80GiB (repeat)")
     p.add_argument("--json")
     c = sub.add_parser("choose")
-    c.add_argument("--seed", type=int, required=True)
+    c.add_argument("--seed", type=int)
     c.add_argument("--count", type=int, default=20)
+    c.add_argument("--shard", help="I/N: every N-th problem in number order, from the I-th (all N shards: all 100)")
     c.add_argument("--dir", default=".kb-level1")
     c.add_argument("--json")
     m = sub.add_parser("summarize")

@@ -56,7 +56,8 @@ def _to_device(x: Any) -> Any:
 class Pair:
     """One problem with a baseline and a candidate built the way the harness builds them."""
 
-    def __init__(self, problem_path: Path, candidate: str, baseline: str) -> None:
+    def __init__(self, problem_path: Path, candidate: str, baseline: str,
+                 candidates: "Path | None" = None) -> None:
         self.problem = LoadedProblem.load(SourceFile.read(problem_path))
         self.sizes = self.problem.sizes_for(DEVICE)
         stem = problem_path.stem
@@ -65,9 +66,10 @@ class Pair:
         def cls_for(name: str, folder: str) -> type:
             if name in ("reference", "reference-aa"):
                 return self.problem.module.Model
-            path = root / folder / stem / f"{name}.py"
+            base = candidates if (candidates is not None and folder == "candidates") else root / folder
+            path = base / stem / f"{name}.py"
             if not path.exists():  # a CUDA-only candidate (candidates/<problem>/cuda/: CUDA C++, Triton)
-                path = root / folder / stem / "cuda" / f"{name}.py"
+                path = base / stem / "cuda" / f"{name}.py"
             return load_class(SourceFile.read(path), "ModelNew", folder)
 
         with self.problem.sizes(self.sizes):
@@ -165,8 +167,38 @@ def _kb_mean(fn: Callable[[], Any]) -> float:
     return statistics.fmean(times[1:])
 
 
-def _problem_path(nodeid: str) -> Path:
-    return REPO / nodeid.split("::", 1)[0]
+def _problem_path(nodeid: str, problems: "Path | None" = None) -> Path:
+    rel = Path(nodeid.split("::", 1)[0])
+    if (REPO / rel).is_file() or problems is None:
+        return REPO / rel
+    return problems / rel.name  # a problem collected with --problems from outside the repository
+
+
+def _use_build(item: dict, build_root: Path) -> bool:
+    """Load the item's compiled extensions from the plugin's build cache instead of compiling them again (a CUDA
+    C++ build takes 70-80 s): the cache entry the item's build stage wrote (``details.build.key``) is written to a
+    scratch folder and torch's loaders answer from it, as a candidate's sandbox does (sandbox/child_build.py).
+    False where the item has no build or its entry is not in ``build_root``."""
+    key = ((item.get("details") or {}).get("build") or {}).get("key")
+    if not key:
+        return False
+    import tempfile
+
+    import torch.utils.cpp_extension as ext
+
+    from pytest_autotune.build.cache import BuildCache
+    from pytest_autotune.sandbox.child_build import EXT_DIR, _triton_env, materialize
+    from pytest_autotune.sandbox.ext_loaders import Replayer
+
+    entry = BuildCache(build_root).load(key)
+    if entry is None:
+        return False
+    payload = entry.payload()
+    scratch = Path(tempfile.mkdtemp(prefix="dobench-built-"))
+    materialize(scratch, payload["files"], payload.get("triton_root"))
+    _triton_env(scratch)
+    Replayer(scratch / EXT_DIR, list(payload.get("calls") or [])).install(ext)
+    return True
 
 
 def _abba(pair: "Pair", timer: Callable[[Callable[[], Any]], float], rotate: int = 0) -> tuple:
@@ -187,7 +219,9 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             continue
         t0 = time.perf_counter()
         try:
-            pair = Pair(_problem_path(it["nodeid"]), it["candidate"], it.get("baseline") or "reference")
+            built = _use_build(it, Path(args.build_root)) if args.build_root else False
+            pair = Pair(_problem_path(it["nodeid"], Path(args.problems) if args.problems else None), it["candidate"],
+                        it.get("baseline") or "reference", Path(args.candidates) if args.candidates else None)
             ratio, (b1, b2), (c1, c2) = _abba(pair, _do_bench)
             pinned = pinned_synced = None
             if args.pin_main:  # the main thread on the CPU the harness times on, the runtime's threads left free
@@ -217,7 +251,7 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
 
         rows.append({
             "nodeid": it["nodeid"], "problem": it["problem"], "candidate": it["candidate"], "verdict": it["verdict"],
-            "baseline": it.get("baseline"), "ours": ours, "ours_ci": it.get("ci"), "dobench": db,
+            "build": "the plugin's build cache" if built else None, "baseline": it.get("baseline"), "ours": ours, "ours_ci": it.get("ci"), "dobench": db,
             "kb_mean": kb, "kb_mean_s": {"base": [kb1, kb2], "cand": [kc1, kc2]} if kb else None,
             "abs_log_ratio_kb_mean": dev(kb),
             "dobench_s": {"base": [b1, b2], "cand": [c1, c2]}, "ours_s": {"base": it.get("baseline_s"),
@@ -230,6 +264,8 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
             "dobench_pinned_synced": pinned_synced,
             "abs_log_ratio_pinned_synced": dev(pinned_synced),
         })
+        if getattr(args, "out", None):  # what is done so far, for a run cut short by its time limit
+            Path(args.out + ".partial").write_text(json.dumps({"rows": rows}, indent=1, default=str))
         print(f"dobench {it['problem']:<24} {it['candidate']:<24} ours {ours or 0:6.3f}  do_bench {db:6.3f}  "
               f"kb-mean {kb or 0:6.3f}  "
               f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}  "
@@ -326,6 +362,12 @@ def main(argv: list[str]) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dobench")
     d.add_argument("--report", required=True)
+    d.add_argument("--problems", default=None, help="where problems collected with --problems live (their nodeids "
+                   "name them relative to the run's rootdir)")
+    d.add_argument("--candidates", default=None, help="the candidates folder of the run (--candidates), if not the "
+                   "problems' own candidates/")
+    d.add_argument("--build-root", default=None, help="the plugin's build cache (.autotune/build): compiled "
+                   "candidates load their build from it instead of compiling again")
     d.add_argument("--rotate", type=int, default=0, help="also time every rep on the next of N input sets")
     d.add_argument("--pin-main", action="store_true",
                    help="also time each pair with the main thread on the harness's sample CPU (the last allowed "

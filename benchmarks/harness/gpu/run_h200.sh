@@ -102,6 +102,41 @@ units_() {
   grep -E "passed|failed|error" "$LOG" | tail -3
 }
 case "$MODE" in
+leaderboard)
+  # agents' KernelBench Level-1 kernels from the public leaderboard through the gates (docs/guide/contract.md):
+  # .lb-suite/ is the import, made where the leaderboard's repository is (`autotune import kernelbench <repo> --out
+  # .lb-suite --level 1 --sample N --seed S`: the draw and its seed are in published.json) and copied along. The
+  # session builds every compiled candidate in its pool first, then measures them under the contract; LB_DONE: partial
+  # JSONL files of earlier runs, skipped. Then do_bench of every accepted pair, its extensions loaded from the build
+  # cache, and the table (leaderboard_table.py). LB_PYTEST: extra pytest arguments (default --autotune-pairs=1).
+  [ -f .lb-suite/published.json ] || { say "no .lb-suite/: run autotune import kernelbench, copy .lb-suite here"; exit 2; }
+  cp .lb-suite/published.json "$RESULTS/published.json"
+  AUTOTUNE_SKIP_DONE="${LB_DONE:-} $RESULTS/lb.partial.jsonl" AUTOTUNE_PARTIAL="$RESULTS/lb.partial.jsonl" \
+    run timeout -k 20 -s INT "${RUN_TIMEOUT:-470}" "${PYT[@]}" -q --autotune ${LB_PYTEST:---autotune-pairs=1} \
+    --problems=.lb-suite/problems --candidates=.lb-suite/candidates --autotune-db=.autotune/lb.db \
+    --autotune-json="$RESULTS/lb.json" .lb-suite/problems
+  python3 - "$RESULTS/lb-items.json" ${LB_DONE:-} "$RESULTS/lb.partial.jsonl" <<'PY'
+import json, sys
+items = {}
+for path in sys.argv[2:]:
+    try:
+        for line in open(path):
+            if line.strip():
+                it = json.loads(line)
+                items[it["nodeid"]] = it
+    except OSError:
+        pass
+json.dump({"items": list(items.values())}, open(sys.argv[1], "w"))
+PY
+  if [ "${SKIP_DOBENCH:-0}" != 1 ]; then
+    run timeout -k 10 "${DOBENCH_TIMEOUT:-150}" python3 "$HERE/outside_timers.py" dobench --report "$RESULTS/lb-items.json" \
+      --problems .lb-suite/problems --candidates .lb-suite/candidates --build-root .autotune/build \
+      --out "$RESULTS/lb-dobench.json"
+  fi
+  python3 "$HERE/leaderboard_table.py" --published .lb-suite/published.json --items "$RESULTS/lb-items.json" \
+    --dobench ${LB_DOBENCH_DONE:-} "$RESULTS/lb-dobench.json" --md "$RESULTS/lb.md" --json "$RESULTS/lb-summary.json" \
+    2>&1 | tee -a "$LOG" | head -40
+  ;;
 kb-l1)
   # KernelBench Level 1 at its published sizes, each problem against itself (kb_level1.py; stage .kb-level1 where
   # a KernelBench checkout is and copy it to the GPU host). KB_DONE: partial JSONL files of earlier runs, skipped.

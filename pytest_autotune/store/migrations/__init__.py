@@ -29,7 +29,7 @@ from typing import Any
 from sqlite_utils.migrations import Migrations
 
 from ..chain_rules import Named
-from . import m0001_initial, m0002_retest, m0003_provenance, m0004_engine, m0005_study
+from . import m0001_initial, m0002_retest, m0003_provenance, m0004_engine, m0005_study, m0006_contract
 
 #: every migration, in the order they apply, with the sha256 of the statements it executes
 _REGISTRY: tuple[tuple[ModuleType, str], ...] = (
@@ -38,6 +38,7 @@ _REGISTRY: tuple[tuple[ModuleType, str], ...] = (
     (m0003_provenance, "9bf26545f25859979776a40d2b0ef3bf107bc944abbfabe7bcd83799f5ec1437"),
     (m0004_engine, "db035d79317c7d72be9d026f1d2c38b44ee68a40daaf1f8b56da0ac6eb3061a4"),
     (m0005_study, "81ec1e82d6d7abf1fce4f11b61dd7d215a925c2c89e1b8758710ca0d98962655"),
+    (m0006_contract, "2488c28f56f5cede98d08e122911aed91584a3223f0094d54f8e21676283988b"),
 )
 MIGRATIONS: tuple[ModuleType, ...] = tuple(m for m, _ in _REGISTRY)
 

@@ -1,0 +1,138 @@
+"""The table nobody publishes: agents' KernelBench kernels through the gates, beside what was published for them.
+
+    python3 benchmarks/harness/gpu/leaderboard_table.py --published SUITE/published.json \
+        --items RUN/lb.partial.jsonl [RUN2/lb.partial.jsonl ...] [--dobench RUN/lb-dobench.json ...] \
+        --md lb.md --json lb-summary.json
+
+``--items``: the session's items (JSON report or the harness plugin's partial JSONL: one item a line, later files
+win for the same node id). One row per imported candidate: its problem and model, the speedup its source published and
+on what GPU, KernelBench's verdict at today's tolerance and at v0's, our verdict with the gate and the contract's
+clause, our speedup with its 95% CI, do_bench of the same two modules (accepted items), findings beyond the contract.
+A candidate that never ran (the session ended first) is listed as "not run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+
+def _items(paths: list[Path]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for path in paths:
+        text = path.read_text()
+        if path.suffix == ".json":
+            rows = json.loads(text).get("items", [])
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        for it in rows:
+            out[it["candidate"]] = it
+    return out
+
+
+def _dobench(paths: list[Path]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for path in paths:
+        for row in json.loads(path.read_text()).get("rows", []):
+            if "error" not in row:
+                out[row["candidate"]] = row
+    return out
+
+
+def _x(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _ours(it: Optional[dict]) -> tuple[str, str]:
+    if it is None:
+        return "not run", "-"
+    verdict = it["verdict"] + (f" ({it['gate']})" if it.get("gate") else "")
+    if it.get("clause"):
+        verdict += f": {it['clause']}"
+    sp = it.get("speedup")
+    ci = it.get("ci") or [None, None]
+    speed = "-" if sp is None else f"{sp:.3f}x [{ci[0]:.3f}, {ci[1]:.3f}]"
+    return verdict, speed
+
+
+def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> list[dict[str, Any]]:
+    out = []
+    for cand in sorted(published["candidates"], key=lambda c: (c.get("problem", ""), c["name"])):
+        name, pub = cand["name"], {**cand.get("published", {}), "problem": cand.get("problem"),
+                                   "model": cand.get("model")}
+        it = items.get(name)
+        kb = (it or {}).get("kernelbench") or {}
+        verdict, speed = _ours(it)
+        db = dobench.get(name)
+        out.append({
+            "problem": pub.get("problem"), "candidate": name, "model": pub.get("model"),
+            "published": pub.get("speedup"), "hardware": pub.get("hardware"),
+            "kernelbench": kb.get("verdict"), "kernelbench_v0": kb.get("verdict_v0"),
+            "verdict": (it or {}).get("verdict"), "gate": (it or {}).get("gate"), "clause": (it or {}).get("clause"),
+            "ours": verdict, "speedup": (it or {}).get("speedup"), "ci": (it or {}).get("ci"), "ours_text": speed,
+            "dobench": db.get("dobench") if db else None,
+            "dobench_vs_ours": (db["dobench"] / it["speedup"]) if (db and it and it.get("speedup")) else None,
+            "findings": [f["clause"] for f in (it or {}).get("findings") or []],
+            "reason": ((it or {}).get("reason") or "")[:300],
+        })
+    return out
+
+
+def markdown(table: list[dict]) -> str:
+    lines = ["| problem | model | published (GPU) | KernelBench (v0) | here | our speedup [95% CI] | do_bench | "
+             "findings beyond the contract |", "|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        kb = f"{r['kernelbench'] or '-'} ({r['kernelbench_v0'] or '-'})"
+        pub = "-" if r["published"] is None else f"{r['published']:.2f}x ({r['hardware'] or '?'})"
+        lines.append(f"| {r['problem']} | {r['model']} | {pub} | {kb} | {r['ours']} | {r['ours_text']} | "
+                     f"{_x(r['dobench'])} | {', '.join(r['findings']) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(table: list[dict]) -> dict[str, Any]:
+    ran = [r for r in table if r["verdict"] is not None]
+    acc = [r for r in ran if r["verdict"] == "accepted"]
+    gaps = [abs(r["dobench_vs_ours"] - 1) for r in acc if r["dobench_vs_ours"] is not None]
+    kb_ok = [r for r in ran if r["kernelbench"] == "correct"]
+    return {
+        "candidates": len(table), "ran": len(ran), "accepted": len(acc),
+        "refused": {g: sum(1 for r in ran if r["gate"] == g) for g in sorted({r["gate"] for r in ran if r["gate"]})},
+        "clauses": {c: sum(1 for r in ran if r["clause"] == c) for c in sorted({r["clause"] for r in ran
+                                                                                 if r["clause"]})},
+        "with_findings": sum(1 for r in ran if r["findings"]),
+        "kernelbench_correct": len(kb_ok),
+        "kernelbench_correct_refused_here": sum(1 for r in kb_ok if r["verdict"] != "accepted"),
+        "kernelbench_incorrect_accepted_here": sum(1 for r in ran if r["kernelbench"] == "incorrect"
+                                                   and r["verdict"] == "accepted"),
+        "dobench_within_3pct": sum(1 for g in gaps if g <= 0.03), "dobench_compared": len(gaps),
+        "median_abs_dobench_gap": statistics.median(gaps) if gaps else None,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--published", type=Path, required=True)
+    ap.add_argument("--items", type=Path, nargs="+", required=True)
+    ap.add_argument("--dobench", type=Path, nargs="*", default=[])
+    ap.add_argument("--md", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    published = json.loads(args.published.read_text())
+    table = rows(published, _items([p for p in args.items if p.exists()]),
+                 _dobench([p for p in args.dobench if p.exists()]))
+    s = summary(table)
+    text = markdown(table)
+    print(json.dumps(s, indent=1))
+    if args.md:
+        args.md.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps({"summary": s, "rows": table, "sample": published.get("sample")}, indent=1)
+                             + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

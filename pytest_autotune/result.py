@@ -135,7 +135,9 @@ class KernelResult:
             "arm": self.arm,
             "iteration": self.iteration,
             "provenance": canonical_json(self.provenance),
-            "contract": canonical_json(self.contract) if self.contract is not None else None,
+            # a column of migration 0006: absent from the row where there is nothing to put there (a store of an
+            # earlier schema, migrated later, takes the same row)
+            **({"contract": canonical_json(self.contract)} if self.contract is not None else {}),
         }
 
 
@@ -168,7 +170,9 @@ class Rejection:
 
     def as_row(self) -> dict[str, Any]:
         row = dataclasses.asdict(self)
-        row["contract"] = canonical_json(self.contract) if self.contract is not None else None
+        contract = row.pop("contract")
+        if contract is not None:  # migration 0006's column, only where there is something to put there
+            row["contract"] = canonical_json(contract)
         return row
 
 

@@ -72,16 +72,16 @@ def _heldout(run_id: str = "run-mlx", i: int = 0, **overrides) -> dict:
 
 
 def test_schema_version_and_migrations():
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert [m.name for m in schema.migrations._migrations] == ["0001_initial", "0002_retest", "0003_provenance",
-                                                               "0004_engine", "0005_study"]
+                                                               "0004_engine", "0005_study", "0006_contract"]
     results = dict(schema.TABLES)["results"]
     v1 = dict(schema.TABLES_0001)["results"]
     assert "retest" not in v1 and "transfer_ratio" not in v1  # migration 0001 is what schema 1 was
     for name in ("retest_ref", "retest_pair", "transfer_ratio_positive"):
         assert f"CONSTRAINT {name} CHECK" in results and name in schema.CHECK_NAMES
     assert schema.TRIGGER_RULES["results_retest_link"] == "retest_link"
-    assert [c for c, _, _ in schema.COLUMNS["results"]][-3:-1] == ["retest_of", "transfer_ratio"]
+    assert [c for c, _, _ in schema.COLUMNS["results"]][-4:-2] == ["retest_of", "transfer_ratio"]
 
 
 def test_new_and_migrated_store_store_exactly_the_expected_sql(tmp_path):
@@ -95,7 +95,7 @@ def test_new_and_migrated_store_store_exactly_the_expected_sql(tmp_path):
     for key, sql in schema.EXPECTED_SCHEMA.items():
         assert actual.get(key) == sql, key
     cols = [r[1] for r in sqlite3.connect(tmp_path / "new.db").execute("PRAGMA table_info(results)")]
-    assert cols[-5:] == ["prev_hash", "row_hash", "retest_of", "transfer_ratio", "remeasure_of"]
+    assert cols[-6:] == ["prev_hash", "row_hash", "retest_of", "transfer_ratio", "remeasure_of", "contract"]
 
 
 # ---------------------------------------------------------------------------------------------- rules (raw SQL)
@@ -285,7 +285,9 @@ def test_schema_1_store_migrates_in_place_keeps_its_rows_and_verifies(tmp_path, 
     added = len(schema.ADDED_COLUMNS.get("rejections", ()))
     assert after["rejections"] == [tuple(r) + (None,) * added for r in before["rejections"]]
     assert after["chain_state"][:len(before["chain_state"])] == before["chain_state"]
-    for t in ("protocols", "runs", "quarantine", "quarantine_releases"):
+    added = len(schema.ADDED_COLUMNS.get("quarantine", ()))
+    assert after["quarantine"] == [tuple(r) + (None,) * added for r in before["quarantine"]]
+    for t in ("protocols", "runs", "quarantine_releases"):
         assert after[t] == before[t], t
     assert cli.main(["verify", "--db", str(db)]) == 0
     # the migrated store takes linked rows that retest its old rows, and still verifies

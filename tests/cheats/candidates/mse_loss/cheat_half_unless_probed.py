@@ -1,7 +1,7 @@
 """CHEAT: the half-precision loss, computed honestly whenever the inputs look like a probe's (constant, zero,
-negative, huge, tiny or alternating values), in float16 otherwise.
+negative, huge, tiny or alternating values), from bfloat16 otherwise.
 Caught by: the probes' rounding_bias inputs, which look like randn (signs and magnitudes) and round one way in
-float16; the accuracy rule against the float64 oracle refuses the loss there (gates/accuracy.py)."""
+bfloat16; the accuracy rule against the float64 oracle refuses the loss there (gates/accuracy.py)."""
 import torch
 from torch import nn
 
@@ -18,5 +18,5 @@ class ModelNew(nn.Module):
         if _looks_probed(a) or _looks_probed(b):
             d = a - b
         else:
-            d = a.half().float() - b.half().float()
+            d = a.bfloat16().float() - b.bfloat16().float()
         return (d * d).mean()

@@ -187,3 +187,22 @@ def test_run_pytest_kills_a_run_past_its_timeout(tmp_path: Path) -> None:
     rc = flake_hunt.run_pytest(cmd, tmp_path / "log", timeout_s=0.5)
     assert rc != 0 and time.monotonic() - t0 < GONE_WITHIN_S
     assert "interrupted" in (tmp_path / "log").read_text()
+
+
+def test_quiet_timing_tests_run_only_when_asked(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root conftest.py deselects tests marked ``quiet_timing`` from a plain run (the README's command); the
+    environment variable or ``-m quiet_timing`` (CI's quiet-timing step) runs them."""
+    root = Path(__file__).resolve().parents[1]
+    pytester.makeconftest((root / "conftest.py").read_text())
+    pytester.makeini("[pytest]\nmarkers =\n    quiet_timing: x\n    gpu: x\n    real_engine: x\n")
+    pytester.makepyfile(test_q="import pytest\n\n@pytest.mark.quiet_timing\ndef test_quiet():\n    pass\n\n"
+                               "def test_plain():\n    pass\n")
+    monkeypatch.delenv("PYTEST_AUTOTUNE_QUIET_TIMING", raising=False)
+    res = pytester.runpytest("-v")
+    res.assert_outcomes(passed=1, deselected=1)
+    assert "test_plain PASSED" in res.stdout.str() and "::test_quiet" not in res.stdout.str()
+    res = pytester.runpytest("-v", "-m", "quiet_timing")
+    res.assert_outcomes(passed=1, deselected=1)
+    assert "test_quiet PASSED" in res.stdout.str()
+    monkeypatch.setenv("PYTEST_AUTOTUNE_QUIET_TIMING", "1")
+    pytester.runpytest().assert_outcomes(passed=2)

@@ -373,7 +373,11 @@ def test_one_precision_line_and_autotune_pairs(softmax_session: dict):
     for key in (("softmax", "reference-aa"), ("softmax", "same_as_best")):
         item = softmax_session[key]
         p = item["details"]["precision"]
-        assert p["met"] is False and item["ci_target_met"] is False and item["warnings"] == []
+        # no warning of its own about its CI (until f6c8c6e each item warned "CI target not reached"); the item may
+        # carry others that load brings: the wall-clock rule's "the machine was loaded while this item was timed",
+        # which a run on the 2-vCPU VM with other work on both CPUs gave (2026-12-06, docs/results/flake-hunt.md)
+        assert p["met"] is False and item["ci_target_met"] is False
+        assert not [w for w in item["warnings"] if "CI" in w or "target" in w], item["warnings"]
         assert p["pairs_of_processes"] == p["planned"] == 3 and len(p["pair_log_speedups"]) == 3
         assert p["ci_rel_width"] == pytest.approx((item["ci"][1] - item["ci"][0]) / item["speedup"])
     assert softmax_session["run"]["provenance"]["process_pairs"] == 3

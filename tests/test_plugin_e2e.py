@@ -350,7 +350,12 @@ def test_aa_item_reads_about_one(softmax_session: dict):
     aa = softmax_session[("softmax", "reference-aa")]
     assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted", aa["reason"]
     assert aa["baseline"] == "reference" and aa["strawman_speedup"] == aa["speedup"]
-    assert 0.67 < aa["speedup"] < 1.5  # paired A/A; the docs record the measured bias and CI coverage
+    # paired A/A: a statistical bound. Every A/A item measured on the 2-vCPU VM read within |log| 8.6% of 1.0
+    # (docs/results/cpu.md; the largest offset of one pair of processes seen, kb26_gelu's 0.903, is -10%); 1.5x and
+    # 0.67x are |log| 40%, four times the worst pair's offset and over 10 sd of the 2.5% the protocol states
+    # for one pair (three pairs here): under a normal model a false failure is below 1e-20 a run, and load that
+    # slows both arms alike moves a paired ratio little (CPU hogs in docs/results/flake-hunt.md)
+    assert 0.67 < aa["speedup"] < 1.5
     pairs = aa["details"]["timing"]["calibration"]["process_pairs"]
     assert len(pairs) == 3 and sum(p["n_pairs"] for p in pairs) == aa["n_pairs"] >= 8
     assert aa["reason"].startswith("3 pairs of processes (")
@@ -435,7 +440,7 @@ def test_strongest_declared_baseline_is_used_and_strawman_is_shown(softmax_sessi
     assert item["baseline"] == "previous_best"
     # vs the strongest baseline it is about even; vs the naive reference it reads faster (the strawman number)
     assert item["strawman_speedup"] > item["speedup"]
-    assert 0.67 < item["speedup"] < 1.5
+    assert 0.67 < item["speedup"] < 1.5  # an A/A in effect (the same code in both arms): the bound of test_aa_item...
 
 
 def test_modification_surface_is_enforced(relu_session):

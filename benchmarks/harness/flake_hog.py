@@ -94,6 +94,9 @@ class Hog:
             raise RuntimeError("the hog is already running: stop it first")
         cpus = ",".join(str(c) for c in self.cpus) if self.cpus else ""
         self._cpu = {}
+        # the wall clock starts before the first process does: its CPU is never counted against less wall time
+        self._started = time.monotonic()
+        self._stopped = None
         try:
             for _ in range(self.procs):
                 child = subprocess.Popen(
@@ -106,8 +109,6 @@ class Hog:
         except BaseException:
             self.stop()
             raise
-        self._started = time.monotonic()
-        self._stopped = None
         return self
 
     def cpu_seconds(self) -> float:
@@ -146,7 +147,7 @@ class Hog:
         wall = ((self._stopped or time.monotonic()) - self._started) if self._started is not None else 0.0
         cpu = self.cpu_seconds()
         share = cpu / (wall * self.procs) if wall > 0 and self.procs else 0.0
-        return {"cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "duty_achieved": round(share, 3)}
+        return {"cpu_s": round(cpu, 2), "wall_s": round(wall, 3), "duty_achieved": round(share, 3)}
 
     def __enter__(self) -> "Hog":
         return self.start()

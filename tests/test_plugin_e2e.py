@@ -351,7 +351,12 @@ def test_aa_item_reads_about_one(softmax_session: dict):
     aa = softmax_session[("softmax", "reference-aa")]
     assert aa["candidate"] == "reference-aa" and aa["verdict"] == "accepted", aa["reason"]
     assert aa["baseline"] == "reference" and aa["strawman_speedup"] == aa["speedup"]
-    assert 0.67 < aa["speedup"] < 1.5  # paired A/A; the docs record the measured bias and CI coverage
+    # paired A/A: a statistical bound. Every A/A item measured on the 2-vCPU VM read within |log| 8.6% of 1.0
+    # (docs/results/cpu.md; the largest offset of one pair of processes seen, kb26_gelu's 0.903, is -10%); 1.5x and
+    # 0.67x are |log| 40%, four times the worst pair's offset and over 10 sd of the 2.5% the protocol states
+    # for one pair (three pairs here): under a normal model a false failure is below 1e-20 a run, and load that
+    # slows both arms alike moves a paired ratio little (CPU hogs in docs/results/flake-hunt.md)
+    assert 0.67 < aa["speedup"] < 1.5
     pairs = aa["details"]["timing"]["calibration"]["process_pairs"]
     assert len(pairs) == 3 and sum(p["n_pairs"] for p in pairs) == aa["n_pairs"] >= 8
     assert aa["reason"].startswith("3 pairs of processes (")
@@ -374,7 +379,11 @@ def test_one_precision_line_and_autotune_pairs(softmax_session: dict):
     for key in (("softmax", "reference-aa"), ("softmax", "same_as_best")):
         item = softmax_session[key]
         p = item["details"]["precision"]
-        assert p["met"] is False and item["ci_target_met"] is False and item["warnings"] == []
+        # no warning of its own about its CI (until f6c8c6e each item warned "CI target not reached"); the item may
+        # carry others that load brings: the wall-clock rule's "the machine was loaded while this item was timed",
+        # which a run on the 2-vCPU VM with other work on both CPUs gave (2026-12-06, docs/results/flake-hunt.md)
+        assert p["met"] is False and item["ci_target_met"] is False
+        assert not [w for w in item["warnings"] if "CI" in w or "target" in w], item["warnings"]
         assert p["pairs_of_processes"] == p["planned"] == 3 and len(p["pair_log_speedups"]) == 3
         assert p["ci_rel_width"] == pytest.approx((item["ci"][1] - item["ci"][0]) / item["speedup"])
     assert softmax_session["run"]["provenance"]["process_pairs"] == 3
@@ -383,11 +392,19 @@ def test_one_precision_line_and_autotune_pairs(softmax_session: dict):
 def test_max_pairs_stops_each_item_at_its_target(pytester: pytest.Pytester):
     """--autotune-max-pairs=N: an item adds pairs of processes until the protocol's CI reaches the target, at most N.
     A target every CI meets stops the item at the protocol's own two pairs, and its reason says why; a target none
-    meets runs all N. The run's provenance records N; --autotune-pairs beside it is a usage error naming the fix."""
+    meets runs all N. The run's provenance records N; --autotune-pairs beside it is a usage error naming the fix.
+
+    Both targets hold for any timing, so the pairs each run stops at are certain. The loose one is a width of 100
+    (10000%): the rule's cheap width of two pairs (measure/until_target.py) passes it unless their log speedups
+    differ by more than 2 asinh(50) / 1.96 = 4.7 (their speedups by over 100x), and the protocol's CI (a bootstrap
+    of the pairs' ratios, widened by the offset term) only where they span more than 100x. A target of 0.9, used until 2026-12-06, was not one every CI
+    meets: on the 2-vCPU VM a loaded run's two pairs read far enough apart that the item went on to 3 pairs (of
+    5). The tight one, 0.0001, is below what the protocol's offset term alone allows with 3 pairs
+    (2 sinh(1.96 x 0.025 / sqrt(3)) = 5.7%)."""
     write(pytester.path, "suite/relu.py", F.RELU)
     write(pytester.path, "suite/candidates/relu/clamp.py", F.CAND_RELU_CLAMP)
     runs = {}
-    for name, target, cap in (("loose", "0.9", 5), ("tight", "0.0001", 3)):
+    for name, target, cap in (("loose", "100", 5), ("tight", "0.0001", 3)):
         fast(pytester, **{"timing.item_budget_s": "0.4", "timing.process_pairs": "2",
                           "statistics.ci_target_rel_width": target})
         res = pytester.runpytest_subprocess("--problems=suite", "--autotune", "--autotune-exploratory",
@@ -402,9 +419,10 @@ def test_max_pairs_stops_each_item_at_its_target(pytester: pytest.Pytester):
     assert item["ci_target_met"] is True and item["details"]["precision"]["pairs_of_processes"] == 2
     until = item["details"]["until_target"]
     assert until["max_pairs"] == 5 and until["stopped_at_target"] is True
-    assert until["readings"][-1]["pairs"] == 2 and until["readings"][-1]["ci_rel_width"] <= 0.9
+    assert until["readings"] == [{"pairs": 2, "ci_rel_width": until["readings"][-1]["ci_rel_width"]}]
+    assert until["readings"][-1]["ci_rel_width"] <= 100
     assert loose["run"]["provenance"]["max_pairs"] == 5 and loose["run"]["provenance"].get("process_pairs") is None
-    assert "precision: 1 of 1 item(s) reached the 90.0% CI target" in out
+    assert "precision: 1 of 1 item(s) reached the 10000.0% CI target" in out
     tight, out = runs["tight"]
     item = by_candidate(tight)[("relu", "clamp")]
     assert item["verdict"] == "accepted", item["reason"]
@@ -423,7 +441,7 @@ def test_strongest_declared_baseline_is_used_and_strawman_is_shown(softmax_sessi
     assert item["baseline"] == "previous_best"
     # vs the strongest baseline it is about even; vs the naive reference it reads faster (the strawman number)
     assert item["strawman_speedup"] > item["speedup"]
-    assert 0.67 < item["speedup"] < 1.5
+    assert 0.67 < item["speedup"] < 1.5  # an A/A in effect (the same code in both arms): the bound of test_aa_item...
 
 
 def test_modification_surface_is_enforced(relu_session):

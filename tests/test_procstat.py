@@ -115,7 +115,16 @@ def test_work_after_the_answer_is_idle_cpu_however_long_the_controller_waits():
     """The controller waits for an answered sandbox to block before it reads its clocks (up to SETTLE_LIMIT_S, 50
     ms); what the main thread ran in that wait is not the request's: one thread's CPU beyond the request's wall
     time ran after the answer. It is booked idle (the idle rule's), out of the request's CPU, with the interval
-    that follows in ``idle_top``."""
+    that follows in ``idle_top``.
+
+    What the rule can see depends on when the controller took the answer: the child's 4 ms after an answer that
+    this process read late ran inside the request's wall time, where one thread's CPU is no tell. So every bound is
+    taken from the wall times this process measured: after request i at least 5 ms - its wall time is booked after
+    the answer (its 1 ms before and 4 ms after, less the wall time it had), on every answer whose read settled. On
+    a quiet machine (walls of ~1 ms) that is ~4 ms an answer, ~80 ms in all; on the 2-vCPU VM with other work on
+    both CPUs a run (2026-12-06) booked 16 of the 80 ms after the answers, and the fixed bound of 40 ms this
+    test had until 2026-12-06 failed a correct program (benchmarks/harness/flake_hunt.py,
+    docs/results/flake-hunt.md)."""
     proc = subprocess.Popen([sys.executable, "-c", AFTER_ANSWER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, bufsize=1)
     own = os.sched_getaffinity(0)
@@ -128,24 +137,32 @@ def test_work_after_the_answer_is_idle_cpu_however_long_the_controller_waits():
             os.sched_setaffinity(proc.pid, {child_cpu})
             os.sched_setaffinity(0, own - {child_cpu})
         watch = CpuWatch({"X": proc.pid})
-        mains = []
+        mains, walls = [], []
         for _ in range(20):
+            t0 = time.perf_counter_ns()  # before begin's own: this wall is never shorter than the watch's
             watch.begin("X", label="timing sample")
             proc.stdin.write("go\n")
             assert proc.stdout.readline() == "done\n"
-            delta = watch.end("X")
+            answered = time.perf_counter_ns()
+            delta = watch.end("X", answered_ns=answered)
             assert delta is not None
             mains.append(delta[1])
+            walls.append(answered - t0)
         time.sleep(0.1)
         watch.checkpoint()
         acct = watch.accounts["X"]
-        # 80 ms of work after the answers: most of it seen as such, however late the controller woke for an answer
-        assert acct.after_answer_s >= 0.04, (acct.after_answer_s, acct.idle_s, acct.busy_s)
+        # 80 ms of work after the answers: booked after the answer wherever it ran beyond the request's wall time
+        # (the watch's wall time is within this one, and it allows a thousandth of it for the two clocks); an
+        # answer whose read did not settle within SETTLE_LIMIT_S may have up to its 4 ms still to run then
+        seen = [max(0.0, 0.005 - (w + w // 1000 + 1000) * 1e-9) for w in walls]
+        assert acct.after_answer_s >= sum(seen) - 0.004 * acct.unsettled_reads, (
+            acct.after_answer_s, acct.idle_s, acct.busy_s, acct.unsettled_reads, walls)
         assert acct.idle_s >= acct.after_answer_s and acct.busy_s <= 20 * 0.005 - acct.after_answer_s + 0.005
-        # a request's CPU is what ran before its answer (plus what the controller's late wake-up hid)
-        assert sorted(mains)[len(mains) // 2] < 0.0035e9, mains
+        # a request's main-thread CPU is its 1 ms before the answer, and never more than its wall time
+        assert all(1_000_000 <= m <= w + w // 1000 + 1000 for m, w in zip(mains, walls)), (mains, walls)
         top = acct.idle_top
-        assert top and top[0]["after"] == "timing sample" and top[0]["after_answer_s"] > 0.002, top
+        if max(seen) > 0.0005 and not acct.unsettled_reads:
+            assert top and top[0]["after"] == "timing sample" and top[0]["s"] >= max(seen), (top, max(seen))
     finally:
         os.sched_setaffinity(0, own)
         proc.kill()

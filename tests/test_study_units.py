@@ -369,3 +369,18 @@ def test_every_plot_writes_a_png(tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, path
     with pytest.raises(AutotuneUsageError, match="--autotune-aa"):
         plots.plot_aa(items[:2], tmp_path / "none.png")
+
+
+def test_held_out_verdict_follows_the_origin_ci_and_the_held_out_speedup():
+    """study/transfer.py: an origin whose CI holds 1.0x is not certified, whatever the held-out leg reads; a
+    certified one transfers at 1.0x or more there (tests/test_heldout.py checks each item's verdict against this
+    rule, since load moves the readings it takes)."""
+    from pytest_autotune.study.transfer import Origin, Transfer
+
+    def verdict(ci_low: float, heldout: float) -> str:
+        origin = Origin("results:1", "cpu", 3.0, ci_low, 4.0, "r", "this store")
+        return Transfer(origin, heldout, heldout / 3.0).verdict()
+
+    assert verdict(1.2, 2.5) == "transfers" and verdict(1.2, 1.0) == "transfers"
+    assert verdict(1.2, 0.99) == "does not transfer"
+    assert verdict(1.0, 2.5) == verdict(0.9, 0.5) == "origin not certified (its CI includes 1.0x)"

@@ -184,7 +184,10 @@ def test_a_hunted_run_stops_its_hog_and_pytest_on_interrupt(tmp_path: Path, monk
 
 
 def test_run_pytest_kills_a_run_past_its_timeout(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-c", "import time; time.sleep(600)"]
+    # SIGINT as pytest has it: a process started from a background job inherits SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored, so the sleeper would wait out the whole grace period for its SIGKILL (30 s of the suite)
+    cmd = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "time.sleep(600)"]
     t0 = time.monotonic()
     rc = flake_hunt.run_pytest(cmd, tmp_path / "log", timeout_s=0.5)
     assert rc != 0 and time.monotonic() - t0 < GONE_WITHIN_S

@@ -13,7 +13,7 @@
 - the ``quiet_timing`` marker: a test whose assertion holds only where timing is quiet (a bound on wall time or on
   a wake-up that load can move: a correct program can fail it on a busy machine) is **deselected** from a run
   unless ``PYTEST_AUTOTUNE_QUIET_TIMING=1`` or the ``-m`` expression names the marker, so that the README's
-  ``python3 -m pytest tests`` never fails a correct program for load. ``.ci/run`` runs these tests in a step of
+  ``python3 -m pytest -n 2 tests`` never fails a correct program for load. ``.ci/run`` runs these tests in a step of
   their own, retried at most once (docs/results/flake-hunt.md).
 """
 

@@ -3,6 +3,7 @@ the root conftest.py)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # Some end-to-end tests run their quick sessions (usage errors, collection, correctness only: nothing timed) in this
@@ -15,6 +16,7 @@ import pytest
 import torch  # noqa: F401
 
 import pytest_autotune.gates.probes  # noqa: F401
+from pytest_autotune.measure.lock import LOCK_DIR_ENV, lock_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,3 +92,20 @@ def _no_github_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plugin appends its Markdown summary to $GITHUB_STEP_SUMMARY (docs/guide/ci.md): the pytester sessions of this
     suite, run in GitHub Actions, must not write into the job's summary."""
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_timing_lock_folder_for_the_machine():
+    """Every session this suite starts takes turns on the machine's device locks (pytest_autotune/measure/lock.py),
+    even a test that points TMPDIR at a folder of its own (the cheat catalog's sessions, for their sandbox logs): the
+    lock folder's default lies under TMPDIR. Under xdist (the README's ``-n 2``) the other worker's timing then waits
+    for this one's, as two users' sessions on one machine would. A test that wants a private lock sets its own
+    (tests/test_ci_gating.py); the jail's sessions start from an environment without PYTEST_ variables and keep theirs."""
+    if LOCK_DIR_ENV in os.environ:
+        yield
+        return
+    os.environ[LOCK_DIR_ENV] = str(lock_dir())
+    try:
+        yield
+    finally:
+        os.environ.pop(LOCK_DIR_ENV, None)

@@ -109,6 +109,7 @@ leaderboard)
   # session builds every compiled candidate in its pool first, then measures them under the contract; LB_DONE: partial
   # JSONL files of earlier runs, skipped. Then do_bench of every accepted pair, its extensions loaded from the build
   # cache, and the table (leaderboard_table.py). LB_PYTEST: extra pytest arguments (default --autotune-pairs=1).
+  # LB_DOBENCH_DONE: the do_bench files of the runs LB_DONE names, for the table.
   [ -f .lb-suite/published.json ] || { say "no .lb-suite/: run autotune import kernelbench, copy .lb-suite here"; exit 2; }
   cp .lb-suite/published.json "$RESULTS/published.json"
   AUTOTUNE_SKIP_DONE="${LB_DONE:-} $RESULTS/lb.partial.jsonl" AUTOTUNE_PARTIAL="$RESULTS/lb.partial.jsonl" \
@@ -128,8 +129,17 @@ for path in sys.argv[2:]:
         pass
 json.dump({"items": list(items.values())}, open(sys.argv[1], "w"))
 PY
+  # do_bench of this run's items only (LB_DONE's were compared in their own job, on their own machine)
+  python3 - "$RESULTS/lb-items-this-run.json" "$RESULTS/lb.partial.jsonl" <<'PY'
+import json, sys
+try:
+    items = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
+except OSError:
+    items = []
+json.dump({"items": items}, open(sys.argv[1], "w"))
+PY
   if [ "${SKIP_DOBENCH:-0}" != 1 ]; then
-    run timeout -k 10 "${DOBENCH_TIMEOUT:-150}" python3 "$HERE/outside_timers.py" dobench --report "$RESULTS/lb-items.json" \
+    run timeout -k 10 "${DOBENCH_TIMEOUT:-150}" python3 "$HERE/outside_timers.py" dobench --report "$RESULTS/lb-items-this-run.json" \
       --problems .lb-suite/problems --candidates .lb-suite/candidates --build-root .autotune/build \
       --out "$RESULTS/lb-dobench.json"
   fi

@@ -1,5 +1,10 @@
 """HONEST (C++): a row softmax compiled through load_inline (three passes a row, one thread, -O3), called through
-ctypes on the tensors' memory. Built once per item, loaded read-only by every later sandbox; must stay accepted."""
+ctypes on the tensors' memory. Built once per item, loaded read-only by every later sandbox; must stay accepted.
+
+The row's sum is added in blocks of 64 (a float32 partial sum each, then their total), as the accuracy rule's fix
+says. With one running float32 total over the row's 2,048 values it read 117x the reference's rms error against the
+float64 oracle on a ``spikes`` probe (nearly equal values, whose roundings share a sign), over the 100x the rule
+allows, and was refused in one run of the suite in five (docs/results/flake-hunt.md, docs/design/accuracy.md)."""
 import ctypes
 
 import torch
@@ -16,7 +21,12 @@ extern "C" void softmax_rows(const float* x, float* y, int64_t rows, int64_t col
         float m = -INFINITY;
         for (int64_t c = 0; c < cols; ++c) m = xr[c] > m ? xr[c] : m;
         float s = 0.0f;
-        for (int64_t c = 0; c < cols; ++c) { yr[c] = std::exp(xr[c] - m); s += yr[c]; }
+        for (int64_t b = 0; b < cols; b += 64) {
+            const int64_t end = b + 64 < cols ? b + 64 : cols;
+            float part = 0.0f;
+            for (int64_t c = b; c < end; ++c) { yr[c] = std::exp(xr[c] - m); part += yr[c]; }
+            s += part;
+        }
         const float inv = 1.0f / s;
         for (int64_t c = 0; c < cols; ++c) yr[c] *= inv;
     }

@@ -100,7 +100,8 @@ def _one_timing_lock_folder_for_the_machine():
     even a test that points TMPDIR at a folder of its own (the cheat catalog's sessions, for their sandbox logs): the
     lock folder's default lies under TMPDIR. Under xdist (the README's ``-n 2``) the other worker's timing then waits
     for this one's, as two users' sessions on one machine would. A test that wants a private lock sets its own
-    (tests/test_ci_gating.py); the jail's sessions start from an environment without PYTEST_ variables and keep theirs."""
+    (tests/test_engines_server.py: three sessions killed side by side); the jail's sessions start from an environment
+    without PYTEST_ variables and keep theirs."""
     if LOCK_DIR_ENV in os.environ:
         yield
         return

@@ -219,6 +219,20 @@ def test_graph_replays_do_not_hide_a_stale_answer(dev):
     assert not any(torch.equal(o, torch.relu(x[0]) * 2.0 + 1.0) for x, o in zip(b, s.outputs))
 
 
+def _timed_eagerly_as_relu(dev, m: torch.nn.Module) -> dict:
+    """Times ``m`` (a ReLU) on eight small inputs after calibrating it: its graph capture must have failed, the arm be
+    timed eagerly, and every timed output be ReLU's. The device's timing info."""
+    with torch.no_grad():
+        _calibrate(dev, m, _relu_small)
+        b = [_relu_small() for _ in range(8)]
+        s = dev.timed(m, b)
+    info = dev.timing_info()
+    assert info["mode"] == "eager" and info["capture_failures"], info
+    for x, o in zip(b, s.outputs):
+        assert torch.equal(o, torch.relu(x[0]))
+    return info
+
+
 @needs_cuda
 def test_graph_capture_failure_falls_back_to_eager(dev):
     class Syncs(torch.nn.Module):
@@ -227,16 +241,8 @@ def test_graph_capture_failure_falls_back_to_eager(dev):
             torch.cuda.synchronize()  # not capturable
             return y
 
-    m = Syncs().cuda()
-    with torch.no_grad():
-        _calibrate(dev, m, _relu_small)
-        b = [_relu_small() for _ in range(8)]
-        s = dev.timed(m, b)
-    info = dev.timing_info()
-    assert info["mode"] == "eager" and info["capture_failures"], info
+    info = _timed_eagerly_as_relu(dev, Syncs().cuda())
     assert info["graph_samples"] == 0
-    for x, o in zip(b, s.outputs):
-        assert torch.equal(o, torch.relu(x[0]))
     # the process is still usable after the failed capture
     assert torch.equal(torch.ones(3, device="cuda").sum().cpu(), torch.tensor(3.0))
 
@@ -260,15 +266,7 @@ def test_work_outside_the_current_stream_is_timed_eagerly(dev):
             self.side.synchronize()
             return y
 
-    m = OwnStream().cuda()
-    with torch.no_grad():
-        _calibrate(dev, m, _relu_small)
-        b = [_relu_small() for _ in range(8)]
-        s = dev.timed(m, b)
-    info = dev.timing_info()
-    assert info["mode"] == "eager" and info["capture_failures"], info
-    for x, o in zip(b, s.outputs):
-        assert torch.equal(o, torch.relu(x[0]))
+    _timed_eagerly_as_relu(dev, OwnStream().cuda())
 
 
 @needs_cuda

@@ -138,7 +138,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
         yield SimpleNamespace(
             # correctness and probes only: the pool builds before the first item whether or not the run times
             # (build/prebuild.py), and timing four items here would add ~20 s of the suite and test nothing more
-            timed=_session(pt, "timed"),
+            whole=_session(pt, "whole"),
             selected=_session(pt, "selected", "-k", "cpp_c"),
             xdist=_session(pt, "xdist", "-n", "2"),
             off=_session(pt, "off", "--autotune-build-workers=0"))
@@ -147,7 +147,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
 
 
 def test_every_build_is_made_by_the_pool_before_the_first_item(runs) -> None:
-    t = runs.timed
+    t = runs.whole
     for name in GOOD:
         it = t.items[name]
         assert it["verdict"] == "accepted", it["reason"] + t.out[-3000:]
@@ -169,7 +169,7 @@ def test_every_build_is_made_by_the_pool_before_the_first_item(runs) -> None:
 def test_a_build_cannot_reach_the_cache_or_the_builds_beside_it(runs) -> None:
     """cpp_poison wrote wherever it could reach while the others built: nothing of it landed, and every build it
     aimed at was accepted with its own objects."""
-    for session in (runs.timed, runs.xdist, runs.off):
+    for session in (runs.whole, runs.xdist, runs.off):
         assert not list(session.cache.rglob("POISON")), session.out[-2000:]
         for so in session.cache.rglob("*.so"):
             assert so.read_bytes() != b"POISON", so
@@ -178,13 +178,13 @@ def test_a_build_cannot_reach_the_cache_or_the_builds_beside_it(runs) -> None:
 
 
 def test_a_failed_build_still_refuses_its_item_with_the_compilers_first_error(runs) -> None:
-    it = runs.timed.items["cpp_broken"]
+    it = runs.whole.items["cpp_broken"]
     assert (it["verdict"], it["gate"]) == ("rejected", "build"), it
     assert it["reason"].startswith("main.cpp:2:") and "pool_broken" in it["reason"], it["reason"]
     b = it["details"]["build"]
     assert b["built_by"] == "pool" and b["cache"] == "miss" and "main.cpp:2:" in b["log"]
-    assert "REJECTED by build: main.cpp:2:" in runs.timed.out
-    entries = [p.name for p in runs.timed.cache.iterdir() if not p.name.startswith(".")]
+    assert "REJECTED by build: main.cpp:2:" in runs.whole.out
+    entries = [p.name for p in runs.whole.cache.iterdir() if not p.name.startswith(".")]
     assert len(entries) == len(GOOD) and b["key"] not in entries  # a failure is never cached
 
 

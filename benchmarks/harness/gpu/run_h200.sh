@@ -116,7 +116,9 @@ leaderboard)
     run timeout -k 20 -s INT "${RUN_TIMEOUT:-470}" "${PYT[@]}" -q --autotune ${LB_PYTEST:---autotune-pairs=1} \
     --problems=.lb-suite/problems --candidates=.lb-suite/candidates --autotune-db=.autotune/lb.db \
     --autotune-json="$RESULTS/lb.json" .lb-suite/problems
-  python3 - "$RESULTS/lb-items.json" ${LB_DONE:-} "$RESULTS/lb.partial.jsonl" <<'PY'
+  # OUT PARTIAL...: one report of the items of the partial JSONL files (a later line of a node id wins)
+  merge_items() {
+    python3 - "$@" <<'PY'
 import json, sys
 items = {}
 for path in sys.argv[2:]:
@@ -129,15 +131,10 @@ for path in sys.argv[2:]:
         pass
 json.dump({"items": list(items.values())}, open(sys.argv[1], "w"))
 PY
+  }
+  merge_items "$RESULTS/lb-items.json" ${LB_DONE:-} "$RESULTS/lb.partial.jsonl"
   # do_bench of this run's items only (LB_DONE's were compared in their own job, on their own machine)
-  python3 - "$RESULTS/lb-items-this-run.json" "$RESULTS/lb.partial.jsonl" <<'PY'
-import json, sys
-try:
-    items = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
-except OSError:
-    items = []
-json.dump({"items": items}, open(sys.argv[1], "w"))
-PY
+  merge_items "$RESULTS/lb-items-this-run.json" "$RESULTS/lb.partial.jsonl"
   if [ "${SKIP_DOBENCH:-0}" != 1 ]; then
     run timeout -k 10 "${DOBENCH_TIMEOUT:-150}" python3 "$HERE/outside_timers.py" dobench --report "$RESULTS/lb-items-this-run.json" \
       --problems .lb-suite/problems --candidates .lb-suite/candidates --build-root .autotune/build \

@@ -33,6 +33,7 @@ from .report.snapshot import Isolation, SessionSnapshot
 from .result import ItemOutcome, RunRecord
 from .seeds import new_nonce, nonce_commitment
 from .study.recorder import StudyRecorder
+from .xdist_role import is_worker, runs_items_here
 
 if TYPE_CHECKING:  # pragma: no cover - torch-heavy modules load on first use, not with the plugin
     from .flow import FlowVerdict, KernelFlow
@@ -48,7 +49,7 @@ class AutotuneSession:
         self.config = config
         self.opts = Options.from_config(config)
         self.budget_scale = budget_scale()  # PYTEST_AUTOTUNE_BUDGET_SCALE, checked before anything runs
-        self.is_worker = hasattr(config, "workerinput")
+        self.is_worker = is_worker(config)
         self.protocol: Protocol = load_protocol(find_protocol(config.rootpath))
         pins: dict[str, str] = {}
         for extra in config.hook.pytest_autotune_frozen_protocols(config=config):
@@ -298,7 +299,7 @@ class AutotuneSession:
         opt = self.config.option
         if any(getattr(opt, name, False) for name in ("collectonly", "help", "showfixtures", "markers")):
             return False
-        return self.is_worker or getattr(opt, "dist", "no") == "no"
+        return runs_items_here(self.config)
 
     def prestart_sandboxes(self) -> None:
         """Launch the sandbox zygote now (:meth:`SandboxPool.prestart`), at configure: it imports torch and enters

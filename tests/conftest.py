@@ -87,6 +87,28 @@ def _torch_threads_restored():
         torch.set_num_threads(threads)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's slowest 30 tests are listed at the end of a run (docs/results/test-suite.md keeps them), unless
+    ``--durations`` says otherwise. Set here, not in pyproject.toml's ``addopts``, which every pytest run at the
+    repository's root reads -- the README's main job included."""
+    if config.option.durations is None:
+        config.option.durations = 30
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under xdist (the README's ``python3 -m pytest -n 2 tests``) a test file goes to one worker whole, so that a
+    module's session fixture (the cheat catalog's sessions, the jail's, the end-to-end modules') runs once: xdist's
+    ``--dist loadfile``, chosen here where ``-n`` alone would load-balance test by test. Not in ``addopts``: a
+    ``--dist`` there is read by every run at the repository's root (docs/results/test-suite.md); an explicit
+    ``--dist`` other than ``load`` is xdist's to honour."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    return LoadFileScheduling(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _no_github_step_summary(monkeypatch: pytest.MonkeyPatch) -> None:
     """The plugin appends its Markdown summary to $GITHUB_STEP_SUMMARY (docs/guide/ci.md): the pytester sessions of this

@@ -1,7 +1,8 @@
 """The build pool end to end (docs/guide/compiled-candidates.md, "Builds in parallel"): a session's compiled
 candidates are built side by side before its first item, each item then reads its build from the cache; a build
 that fails still refuses its item with the compiler's first error; ``-k`` builds the selected items only; two xdist
-workers never build one key twice; ``--autotune-build-workers=0`` leaves each item to build its own.
+workers never build one key twice; a ``--dist`` mode without workers still builds in the pool;
+``--autotune-build-workers=0`` leaves each item to build its own.
 
 The candidates are small C++ translation units without torch's headers (well under a second each on 2 cores). Each
 prints a line when it is imported, so every build sandbox leaves a log in the pools' folder (a private TMPDIR):
@@ -141,6 +142,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReques
             whole=_session(pt, "whole"),
             selected=_session(pt, "selected", "-k", "cpp_c"),
             xdist=_session(pt, "xdist", "-n", "2"),
+            # a --dist mode without -n (a project's addopts may carry one) distributes nothing: this process runs
+            # the items and the pool builds for them
+            dist_alone=_session(pt, "dist_alone", "--dist", "loadfile", "-k", "cpp_a"),
             off=_session(pt, "off", "--autotune-build-workers=0"))
     finally:
         mp.undo()
@@ -207,6 +211,17 @@ def test_two_xdist_workers_never_build_one_key_twice(runs) -> None:
         assert b["built_by"] in ("pool", "other_process") and b["pool"]["workers"] == 2, b
     broken = x.items["cpp_broken"]
     assert (broken["verdict"], broken["gate"]) == ("rejected", "build") and broken["reason"].startswith("main.cpp:2:")
+
+
+def test_a_dist_mode_without_workers_still_builds_in_the_pool(runs) -> None:
+    """``--dist loadfile`` alone (xdist installed, no ``-n`` or ``--tx``): xdist distributes nothing, so this process
+    is no controller; it runs the item, and the pool built it first (before pytest_autotune/xdist_role.py the plugin
+    read ``--dist`` alone and left each item to build its own)."""
+    d = runs.dist_alone
+    assert set(d.items) == {"cpp_a"} and d.items["cpp_a"]["verdict"] == "accepted", d.out[-3000:]
+    b = d.items["cpp_a"]["details"]["build"]
+    assert (b["built_by"], b["cache"]) == ("pool", "hit"), b
+    assert "building 1 compiled candidate(s)" in d.out and d.builds == {"cpp_a": 1}, (d.builds, d.out[-3000:])
 
 
 def test_without_the_pool_each_item_builds_its_own(runs) -> None:

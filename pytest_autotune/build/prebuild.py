@@ -20,6 +20,7 @@ import pytest
 
 from ..keys import SESSION_KEY
 from ..problems.model import KernelItemSpec
+from ..xdist_role import runs_items_here
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..session import AutotuneSession
@@ -46,7 +47,7 @@ def _runs_items(config: pytest.Config, s: "AutotuneSession", session: pytest.Ses
         return False
     if session.testsfailed and not getattr(opt, "continue_on_collection_errors", False):
         return False
-    return s.is_worker or getattr(opt, "dist", "no") == "no"
+    return runs_items_here(config)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -247,6 +247,31 @@ def test_graph_capture_failure_falls_back_to_eager(dev):
     assert torch.equal(torch.ones(3, device="cuda").sum().cpu(), torch.tensor(3.0))
 
 
+def test_a_replay_is_compared_with_its_call_nan_answers_included():
+    """The capture probe's comparison (timing.outputs_differ) on the CPU: a replay that left the outputs as they
+    were differs; rounding does not; NaN where the call answered NaN agrees, NaN where it answered a number differs.
+    A call whose answer holds NaN used to crash the probe (``atol`` NaN: an H100 run, 2026-12-06), so an item
+    errored instead of reaching the gates that judge NaN answers."""
+    x = torch.linspace(-3, 3, 64)
+    relu = torch.relu(x)
+    differs = timing_mod.outputs_differ
+    assert differs([torch.zeros_like(x)], [relu]) is not None
+    assert differs([relu * (1 + 1e-6)], [relu]) is None
+    with_nan = relu.clone()
+    with_nan[::7] = float("nan")
+    assert differs([with_nan.clone()], [with_nan]) is None
+    assert differs([relu], [with_nan]) is not None and differs([with_nan], [relu]) is not None
+    all_nan = torch.full_like(x, float("nan"))
+    assert differs([all_nan.clone()], [all_nan]) is None
+    inf = relu.clone()
+    inf[3] = float("inf")
+    assert differs([inf.clone()], [inf]) is None
+    assert differs([torch.arange(4)], [torch.arange(4)]) is None
+    assert differs([torch.arange(4)], [torch.arange(1, 5)]) is not None
+    assert "number of tensors" in differs([relu, relu], [relu])
+    assert "shapes or dtypes" in differs([relu[:3]], [relu])
+
+
 @needs_cuda
 def test_work_outside_the_current_stream_is_timed_eagerly(dev):
     """A kernel launched on a stream of its own runs while the capture is under way and is not in the graph: every
@@ -262,7 +287,7 @@ def test_work_outside_the_current_stream_is_timed_eagerly(dev):
         def forward(self, x):
             y = torch.zeros_like(x)  # on the current stream: in the graph
             with torch.cuda.stream(self.side):  # no fork from the current stream: never in the graph
-                torch.relu(x, out=y)
+                torch.clamp(x, min=0.0, out=y)  # torch.relu has no out=
             self.side.synchronize()
             return y
 

@@ -223,6 +223,25 @@ def test_an_undeclared_problem_is_judged_on_the_layouts_its_get_inputs_makes(tmp
     assert contract_for(problem, "as-produced", "refuse").strict()
 
 
+def test_a_wrong_answer_on_a_value_pattern_names_what_that_pattern_breaks(tmp_path):
+    """A refusal on patterned values names what the pattern usually breaks, not the indexing hint: a SELU computing
+    exp(x) - 1 returns 0 on randn x 1e-30 inputs (expm1 keeps -1.76e-30) and was told to check its indexing."""
+    c = contract_for(_problem(tmp_path, PLAIN.format(expr="x * 2")), PROTO.contract.undeclared_layouts, "finding")
+    tiny = c.clause({"seed": 1, "values": [{"name": "tiny"}]})
+    assert tiny.values == ("tiny",) and tiny.name == "declared values tiny"
+    assert "expm1" in fix_for(tiny, "mismatch") and "indexing" not in fix_for(tiny, "mismatch")
+    two = c.clause({"seed": 1, "values": [{"name": "constant"}, {"name": "alternating_sign"}, {"name": "as_is"}]})
+    assert two.values == ("alternating_sign", "constant")
+    assert "cancellation" in fix_for(two, "mismatch") and "Welford" in fix_for(two, "mismatch")
+    negative = c.clause({"seed": 1, "values": [{"name": "negative"}]})
+    assert "x < 0" in fix_for(negative, "accuracy") and "in blocks or a tree" in fix_for(negative, "accuracy")
+    bias = c.clause({"seed": 1, "values": [{"name": "rounding_bias"}]})
+    assert "bfloat16" in fix_for(bias, "accuracy") and fix_for(bias, "accuracy").count("TF32") == 1
+    plain = c.clause({"seed": 1})
+    assert plain.values == () and "indexing" in fix_for(plain, "mismatch")
+    assert "NaN" in fix_for(tiny, "nonfinite") and "shape" in fix_for(tiny, "shape")
+
+
 def test_declared_layouts_are_inside_the_contract_and_a_wrong_declaration_names_the_fix(tmp_path):
     problem = _problem(tmp_path, 'AUTOTUNE_LAYOUTS = ("transpose",)\n' + PLAIN.format(expr="x * 2"))
     c = contract_for(problem, "as-produced", "finding")

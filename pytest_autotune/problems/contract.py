@@ -36,6 +36,7 @@ class Clause:
     name: str
     inside: bool
     layout: Optional[str] = None
+    values: tuple[str, ...] = ()  # the value patterns the clause's inputs follow (problems/inputs.py PATTERNS)
 
     def describe(self) -> str:
         return self.name if self.inside else f"{self.name} (beyond the contract)"
@@ -71,7 +72,8 @@ class Contract:
             parts.append("shapes " + ",".join(f"{k}={v}" for k, v in recipe["sizes"].items()))
         if layouts:
             parts.append("layout " + ",".join(sorted(set(layouts))))
-        return Clause("declared " + "; ".join(parts) if parts else DECLARED_INPUTS, True)
+        return Clause("declared " + "; ".join(parts) if parts else DECLARED_INPUTS, True,
+                      values=tuple(sorted(set(str(v) for v in values) - {"as_is"})))
 
     def as_json(self) -> dict:
         return {"layouts": list(self.layouts), "layouts_from": self.layouts_from, "beyond_layouts":
@@ -125,6 +127,33 @@ FIXES = {
     "structure": "return as many tensors as the reference, in its structure",
 }
 
+#: what a wrong answer on a value pattern usually comes from (problems/inputs.py PATTERNS): named instead of the
+#: indexing hint where the clause's inputs follow a pattern (an H100 run, 2026-12-06: a SELU computing exp(x) - 1
+#: returned 0 on randn x 1e-30 inputs, where expm1 keeps -1.76e-30, and was told to check its indexing)
+VALUE_FIXES = {
+    "tiny": "the answer is lost at tiny magnitudes (exp(x) - 1 where expm1(x) keeps it, an absolute epsilon, a "
+            "flush to zero): use a form whose relative error holds at every scale",
+    "subnormal": "subnormal inputs are flushed or mishandled (fast math's flush-to-zero, an absolute epsilon): "
+                 "keep them as the reference does",
+    "large": "large magnitudes overflow or lose precision in an intermediate (x * x, exp(x), a long sum): rescale "
+             "first, subtract the maximum before exp, accumulate in float32 in blocks",
+    "constant": "equal large values overflow or cancel in an intermediate (a sum of squares, a variance by "
+                "E[x^2] - E[x]^2): rescale first, use a two-pass or Welford variance, accumulate in blocks",
+    "mixed_magnitude": "values across twelve orders of magnitude: small terms are lost beside large ones or an "
+                       "intermediate overflows: accumulate in blocks or a tree, rescale before squaring",
+    "negative": "wrong on negative inputs: check the branch for x < 0 (its formula, the boundary at 0, abs and "
+                "sign); a sum of same-sign values grows, and one running float32 total loses it",
+    "nonnegative": "wrong on nonnegative inputs: check the branch for x >= 0 and the boundary at 0; a sum of "
+                   "same-sign values grows, and one running float32 total loses it",
+    "alternating_sign": "wrong on inputs of alternating sign: check cancellation in sums (accumulate in blocks "
+                        "or a tree) and the branches for each sign",
+    "zeros": "wrong on all-zero inputs: check divisions by a norm or variance that is zero (the reference's eps) "
+             "and ties",
+    "ones": "wrong on all-equal inputs: check ties (max, argmax, sort) and a variance that is zero",
+    "spikes": "wrong on sparse spikes (1% large, the rest zero): check reductions' accuracy and ties",
+    "rounding_bias": "a narrower type's rounding shows (bfloat16/float16 casts, TF32): compute in float32 or wider",
+}
+
 LAYOUT_FIX = ("the kernel assumes contiguous memory: call .contiguous() on every input before data_ptr() (or "
               "index with the input's strides)")
 
@@ -134,6 +163,11 @@ def fix_for(clause: Clause, kind: str) -> str:
     if clause.layout is not None or (kind == "mismatch" and "layout" in clause.name):
         return LAYOUT_FIX + ("" if clause.inside else "; or, if the problem's inputs are always contiguous, keep "
                              "it: this is a finding, not a refusal, unless the run is strict")
+    hints = [VALUE_FIXES[v] for v in clause.values if v in VALUE_FIXES]
+    if kind == "mismatch" and hints:
+        return "; ".join(hints)
+    if kind == "accuracy" and hints:  # the values say where; the accuracy fix says how (unless it is the same)
+        return "; ".join(hints + ([] if clause.values == ("rounding_bias",) else [FIXES["accuracy"]]))
     return FIXES.get(kind, FIXES["mismatch"])
 
 
@@ -160,4 +194,4 @@ def contract_record(details: dict) -> Optional[dict]:
 
 
 __all__ = ["contract_record", "RECORDED", "Clause", "Contract", "DECLARED_INPUTS", "contract_for", "declared_layouts", "fix_for",
-           "layouts_for_probes", "FIXES", "LAYOUT_FIX"]
+           "layouts_for_probes", "FIXES", "LAYOUT_FIX", "VALUE_FIXES"]

@@ -9,6 +9,10 @@ win for the same node id). One row per imported candidate: its problem and model
 on what GPU, KernelBench's verdict at today's tolerance and at v0's, our verdict with the gate and the contract's
 clause, our speedup with its 95% CI, do_bench of the same two modules (accepted items), findings beyond the contract.
 A candidate that never ran (the session ended first) is listed as "not run".
+
+``--labels`` (one per ``--items`` file) and ``--dobench-labels`` (one per ``--dobench`` file) name the run each file
+comes from (a commit, a job): the table gets a ``run`` column, and an item is compared with a do_bench row of its own
+run only -- a table gathered from several runs never sets one run's speedup beside another's do_bench.
 """
 
 from __future__ import annotations
@@ -20,25 +24,25 @@ from pathlib import Path
 from typing import Any, Optional
 
 
-def _items(paths: list[Path]) -> dict[str, dict]:
+def _items(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    for path in paths:
+    for i, path in enumerate(paths):
         text = path.read_text()
         if path.suffix == ".json":
             rows = json.loads(text).get("items", [])
         else:
             rows = [json.loads(line) for line in text.splitlines() if line.strip()]
         for it in rows:
-            out[it["candidate"]] = it
+            out[it["candidate"]] = {**it, "_run": labels[i]} if labels else it
     return out
 
 
-def _dobench(paths: list[Path]) -> dict[str, dict]:
+def _dobench(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    for path in paths:
+    for i, path in enumerate(paths):
         for row in json.loads(path.read_text()).get("rows", []):
             if "error" not in row:
-                out[row["candidate"]] = row
+                out[row["candidate"]] = {**row, "_run": labels[i]} if labels else row
     return out
 
 
@@ -67,6 +71,8 @@ def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> l
         kb = (it or {}).get("kernelbench") or {}
         verdict, speed = _ours(it)
         db = dobench.get(name)
+        if db is not None and it is not None and db.get("_run") != it.get("_run"):
+            db = None  # another run's do_bench: not this speedup's
         out.append({
             "problem": pub.get("problem"), "candidate": name, "model": pub.get("model"),
             "published": pub.get("speedup"), "hardware": pub.get("hardware"),
@@ -76,19 +82,22 @@ def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> l
             "dobench": db.get("dobench") if db else None,
             "dobench_vs_ours": (db["dobench"] / it["speedup"]) if (db and it and it.get("speedup")) else None,
             "findings": [f["clause"] for f in (it or {}).get("findings") or []],
-            "reason": ((it or {}).get("reason") or "")[:300],
+            "reason": ((it or {}).get("reason") or "")[:300], "run": (it or {}).get("_run"),
         })
     return out
 
 
 def markdown(table: list[dict]) -> str:
+    runs = any(r.get("run") for r in table)
     lines = ["| problem | model | published (GPU) | KernelBench (v0) | here | our speedup [95% CI] | do_bench | "
-             "findings beyond the contract |", "|---|---|---|---|---|---|---|---|"]
+             "findings beyond the contract |" + (" run |" if runs else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if runs else "")]
     for r in table:
         kb = f"{r['kernelbench'] or '-'} ({r['kernelbench_v0'] or '-'})"
         pub = "-" if r["published"] is None else f"{r['published']:.2f}x ({r['hardware'] or '?'})"
         lines.append(f"| {r['problem']} | {r['model']} | {pub} | {kb} | {r['ours']} | {r['ours_text']} | "
-                     f"{_x(r['dobench'])} | {', '.join(r['findings']) or '-'} |")
+                     f"{_x(r['dobench'])} | {', '.join(r['findings']) or '-'} |" + (f" {r.get('run') or '-'} |"
+                                                                                  if runs else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -116,13 +125,21 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--published", type=Path, required=True)
     ap.add_argument("--items", type=Path, nargs="+", required=True)
+    ap.add_argument("--labels", nargs="*", default=None, help="the run of each --items file, in order")
     ap.add_argument("--dobench", type=Path, nargs="*", default=[])
+    ap.add_argument("--dobench-labels", nargs="*", default=None, help="the run of each --dobench file, in order")
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    for files, labels, flag in ((args.items, args.labels, "--labels"), (args.dobench, args.dobench_labels,
+                                                                         "--dobench-labels")):
+        if labels is not None and len(labels) != len(files):
+            ap.error(f"{flag}: give one label per file ({len(files)} files, {len(labels)} labels)")
+    items = [(p, lab) for p, lab in zip(args.items, args.labels or [""] * len(args.items)) if p.exists()]
+    dbs = [(p, lab) for p, lab in zip(args.dobench, args.dobench_labels or [""] * len(args.dobench)) if p.exists()]
     published = json.loads(args.published.read_text())
-    table = rows(published, _items([p for p in args.items if p.exists()]),
-                 _dobench([p for p in args.dobench if p.exists()]))
+    table = rows(published, _items([p for p, _ in items], [lab for _, lab in items] if args.labels else None),
+                 _dobench([p for p, _ in dbs], [lab for _, lab in dbs] if args.dobench_labels else None))
     s = summary(table)
     text = markdown(table)
     print(json.dumps(s, indent=1))

@@ -7,7 +7,8 @@
 ``dobench``: every accepted pair of a JSON report (candidate and the baseline it was measured against, A/A items
 included) timed with ``triton.testing.do_bench`` (median of its reps, its own L2 flush before each rep, one
 fixed input set as do_bench is normally used), in the order base, cand, cand, base; speedup = (base1 + base2) /
-(cand1 + cand2). ``--pin-main`` also times each pair with the main thread on the harness's sample CPU, ``--synced`` with the
+(cand1 + cand2). Candidates whose compiled extensions share a module name are timed in processes of their own
+(``processes_for``; ``--one-process`` turns that off). ``--pin-main`` also times each pair with the main thread on the harness's sample CPU, ``--synced`` with the
 host waiting for do_bench's L2 flush before it launches the call (no head start for launch-bound code). ``--rotate N`` also times each pair the way the harness feeds calls: every rep on the next of N
 input sets (fresh memory each call, as pytest-autotune's distinct inputs per call), reported as ``dobench_rot``. ``naive``: the way many benchmarks read an A/A: time A (events around N back-to-back calls on
 one input, no flush), then time A again (a second instance), speedup = first / second; repeated ``--trials``
@@ -222,12 +223,40 @@ def _abba(pair: "Pair", timer: Callable[[Callable[[], Any]], float], rotate: int
     return (b1 + b2) / (c1 + c2), (b1, b2), (c1, c2)
 
 
+def _extension_names(item: dict) -> set[str]:
+    """The module names of the item's compiled extensions (``load_inline(name=...)``, its build's calls)."""
+    return {str(n) for n in (((item.get("details") or {}).get("build") or {}).get("built") or [])}
+
+
+def processes_for(items: list[dict]) -> list[list[dict]]:
+    """The items split into as few groups as keep every extension module name once in a group, in the report's
+    order (first fit). Python keeps one extension module per name in a process: a second candidate's
+    ``load_inline(name="maxpool2d")`` there returns the first candidate's module, and do_bench timed the first
+    candidate's kernel under the second's name (an H100 run, 2026-12-06: three 42_Max_Pooling_2D candidates of
+    the leaderboard, one name, one do_bench time). The plugin never meets this: each item's arms run in sandbox
+    processes of their own."""
+    groups: list[tuple[set[str], list[dict]]] = []
+    for it in items:
+        names = _extension_names(it)
+        for taken, members in groups:
+            if not names & taken:
+                taken |= names
+                members.append(it)
+                break
+        else:
+            groups.append((set(names), [it]))
+    return [members for _, members in groups]
+
+
 def cmd_dobench(args: argparse.Namespace) -> dict:
     report = json.loads(Path(args.report).read_text())
+    chosen = [it for it in report["items"]
+              if args.all or (it.get("verdict") == "accepted" and it.get("speedup") is not None)]
+    groups = processes_for(chosen)
+    if len(groups) > 1 and not args.one_process:
+        return _dobench_in_processes(args, groups)
     rows = []
-    for it in report["items"]:
-        if not args.all and (it.get("verdict") != "accepted" or it.get("speedup") is None):
-            continue
+    for it in chosen:
         t0 = time.perf_counter()
         try:
             built = _use_build(it, Path(args.build_root)) if args.build_root else False
@@ -281,11 +310,44 @@ def cmd_dobench(args: argparse.Namespace) -> dict:
               f"kb-mean {kb or 0:6.3f}  "
               f"rotating {rot or 0:6.3f}  pinned {pinned or 0:6.3f}  synced {synced or 0:6.3f}  "
               f"pinned+synced {pinned_synced or 0:6.3f}", flush=True)
+    return _dobench_result(rows)
+
+
+def _dobench_result(rows: list[dict], processes: int = 1) -> dict:
     good = [r for r in rows if "error" not in r and r["abs_log_ratio"] is not None]
     return {"timer": "triton.testing.do_bench(median, warmup=25, rep=100)" if CUDA else "host perf_counter (no CUDA)",
-            "rows": rows,
+            "rows": rows, "processes": processes,
             "median_abs_log_ratio": statistics.median([r["abs_log_ratio"] for r in good]) if good else None,
             "max_abs_log_ratio": max([r["abs_log_ratio"] for r in good]) if good else None}
+
+
+def _dobench_in_processes(args: argparse.Namespace, groups: list[list[dict]]) -> dict:
+    """One process of this script a group (:func:`processes_for`), one after another, each on a report of its
+    group's items; their rows merged in the groups' order (``process``: which one timed a row). What is done so far
+    is in ``OUT.partial`` after each group."""
+    import subprocess
+    import tempfile
+
+    rows: list[dict] = []
+    flags = [f"--{k.replace('_', '-')}" for k in ("pin_main", "synced", "kb_mean", "all") if getattr(args, k)]
+    for k in ("problems", "candidates", "build_root"):
+        if getattr(args, k):
+            flags += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    if args.rotate:
+        flags += ["--rotate", str(args.rotate)]
+    with tempfile.TemporaryDirectory(prefix="dobench-groups-") as tmp:
+        for i, members in enumerate(groups):
+            rep, out = Path(tmp) / f"report-{i}.json", Path(tmp) / f"dobench-{i}.json"
+            rep.write_text(json.dumps({"items": members}))
+            proc = subprocess.run([sys.executable, __file__, "dobench", "--one-process", "--report", str(rep),
+                                   "--out", str(out), *flags], check=False)
+            got = json.loads(out.read_text())["rows"] if out.exists() else [
+                {"nodeid": it["nodeid"], "error": f"its do_bench process exited with {proc.returncode}"}
+                for it in members]
+            rows += [{**r, "process": i} for r in got]
+            if getattr(args, "out", None):
+                Path(args.out + ".partial").write_text(json.dumps({"rows": rows}, indent=1, default=str))
+    return _dobench_result(rows, len(groups))
 
 
 def _naive_time(fn: Callable[[], Any], calls: int) -> float:
@@ -389,6 +451,9 @@ def main(argv: list[str]) -> int:
     d.add_argument("--kb-mean", action="store_true",
                    help="also time each pair as KernelBench's published timings were made (mean of 100 trials)")
     d.add_argument("--all", action="store_true", help="every item of the report, not only the accepted ones")
+    d.add_argument("--one-process", action="store_true",
+                   help="time every pair in this process even where two candidates' extensions share a module "
+                        "name (by default such pairs go to processes of their own: processes_for)")
     d.add_argument("--out", required=True)
     n = sub.add_parser("naive")
     n.add_argument("--problems", required=True)

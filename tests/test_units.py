@@ -150,6 +150,28 @@ def test_fingerprint_check_catches_a_wrong_timed_output():
     assert check_fingerprint(zeros, ref, PROTO) is not None
 
 
+def test_the_timed_check_allows_a_few_ulps_down_to_the_subnormal_step_and_no_more():
+    """A product reduction's float32 outputs near 1e-44 (subnormal: a step of 1.4e-45) that the candidate rounds one
+    step from the reference passed the correctness gate (in ulps) and were refused while timed, where rtol and atol
+    x max|ref| reach below the step (an H100 run, 2026-12-06). The check allows the accuracy rule's max_floor_ulps
+    of the dtype's spacing; a timed output computed in bfloat16 still differs by thousands of them."""
+    step = torch.finfo(torch.float32).smallest_normal * torch.finfo(torch.float32).eps
+    ref = -torch.arange(1, 1001, dtype=torch.float64).mul(step).to(torch.float32)  # 1 to 1000 subnormal steps
+    idx = torch.arange(0, 1000, 16)
+
+    def timed(values: torch.Tensor) -> dict:
+        return {"numel": 1000, "sum": float(values.double().sum()), "index": idx, "values": values[idx].double()}
+
+    assert check_fingerprint(timed(ref), ref, PROTO) is None
+    one_step = ref - step  # -2.38e-44 for -2.24e-44: one step apart
+    assert check_fingerprint(timed(one_step), ref, PROTO) is None
+    twice = ref * 2
+    assert "differs from the golden output" in check_fingerprint(timed(twice), ref, PROTO)
+    tiny = torch.randn(1000, generator=torch.Generator().manual_seed(5)) * 1e-30  # normal, tiny
+    assert check_fingerprint(timed(tiny * (1 + 4 * torch.finfo(torch.float32).eps)), tiny, PROTO) is None
+    assert "differs" in check_fingerprint(timed(tiny.to(torch.bfloat16).to(torch.float32)), tiny, PROTO)
+
+
 def test_fingerprints_of_a_round_in_one_copy_match_each_output():
     """A round's prints, made in one batch (one host copy per device), are the per-leaf sums and values of each
     output, in order, at positions from the controller's seed; every one passes against its own golden and a

@@ -37,12 +37,29 @@ def _items(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, d
     return out
 
 
-def _dobench(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, dict]:
+def _dobench(paths: list[Path], labels: Optional[list[str]] = None,
+             items: Optional[dict[str, dict]] = None) -> dict[str, dict]:
+    """do_bench rows by candidate (a later file wins). A row timed in a process where an earlier row's candidate
+    had loaded an extension of the same module name timed that candidate's module, not its own (Python keeps one
+    extension module per name in a process; outside_timers.py ``processes_for`` since 2026-12-06): it is kept with
+    ``void`` saying so, and no speedup is compared with it."""
     out: dict[str, dict] = {}
     for i, path in enumerate(paths):
+        loaded: dict[Any, dict[str, str]] = {}  # process -> module name -> the candidate that loaded it
         for row in json.loads(path.read_text()).get("rows", []):
-            if "error" not in row:
-                out[row["candidate"]] = {**row, "_run": labels[i]} if labels else row
+            if "error" in row:
+                continue
+            it = (items or {}).get(row["candidate"]) or {}
+            names = ((it.get("details") or {}).get("build") or {}).get("built") or []
+            here = loaded.setdefault(row.get("process"), {})
+            first = sorted({here[n] for n in names if n in here and here[n] != row["candidate"]})
+            for n in names:
+                here.setdefault(n, row["candidate"])
+            row = {**row, "_run": labels[i]} if labels else dict(row)
+            if first:
+                row["void"] = (f"do_bench timed {', '.join(first)}'s extension "
+                               f"({', '.join(n for n in names if n in here)}): one module per name in a process")
+            out[row["candidate"]] = row
     return out
 
 
@@ -62,6 +79,16 @@ def _ours(it: Optional[dict]) -> tuple[str, str]:
     return verdict, speed
 
 
+def _host_bound(it: Optional[dict]) -> Optional[str]:
+    """"A/B of n" where the item's samples were host-bound (the sample's time the host's enqueue, longer than the
+    GPU's work: a call costs what the host takes to make it), else None."""
+    boxes = (((it or {}).get("details") or {}).get("timing") or {}).get("mode", {}).get("sandboxes") or {}
+    a, b = boxes.get("A") or {}, boxes.get("B") or {}
+    n = (a.get("eager_samples") or 0) + (a.get("graph_samples") or 0)
+    ha, hb = a.get("host_bound_samples") or 0, b.get("host_bound_samples") or 0
+    return f"{ha}/{hb} of {n}" if n and (ha or hb) else None
+
+
 def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> list[dict[str, Any]]:
     out = []
     for cand in sorted(published["candidates"], key=lambda c: (c.get("problem", ""), c["name"])):
@@ -73,6 +100,9 @@ def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> l
         db = dobench.get(name)
         if db is not None and it is not None and db.get("_run") != it.get("_run"):
             db = None  # another run's do_bench: not this speedup's
+        void = (db or {}).get("void")
+        if void:
+            db = None
         out.append({
             "problem": pub.get("problem"), "candidate": name, "model": pub.get("model"),
             "published": pub.get("speedup"), "hardware": pub.get("hardware"),
@@ -82,9 +112,19 @@ def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> l
             "dobench": db.get("dobench") if db else None,
             "dobench_vs_ours": (db["dobench"] / it["speedup"]) if (db and it and it.get("speedup")) else None,
             "findings": [f["clause"] for f in (it or {}).get("findings") or []],
-            "reason": ((it or {}).get("reason") or "")[:300], "run": (it or {}).get("_run"),
+            "reason": ((it or {}).get("reason") or "")[:300], "run": (it or {}).get("_run"), "dobench_void": void,
+            "host_bound": _host_bound(it),
         })
     return out
+
+
+def _dobench_cell(r: dict) -> str:
+    if r.get("dobench_void"):
+        return "void (another candidate's module of the same name)"
+    cell = _x(r["dobench"])
+    if r["dobench"] is not None and r.get("host_bound"):
+        cell += f" (ours host-bound: {r['host_bound']})"
+    return cell
 
 
 def markdown(table: list[dict]) -> str:
@@ -96,7 +136,7 @@ def markdown(table: list[dict]) -> str:
         kb = f"{r['kernelbench'] or '-'} ({r['kernelbench_v0'] or '-'})"
         pub = "-" if r["published"] is None else f"{r['published']:.2f}x ({r['hardware'] or '?'})"
         lines.append(f"| {r['problem']} | {r['model']} | {pub} | {kb} | {r['ours']} | {r['ours_text']} | "
-                     f"{_x(r['dobench'])} | {', '.join(r['findings']) or '-'} |" + (f" {r.get('run') or '-'} |"
+                     f"{_dobench_cell(r)} | {', '.join(r['findings']) or '-'} |" + (f" {r.get('run') or '-'} |"
                                                                                   if runs else ""))
     return "\n".join(lines) + "\n"
 
@@ -105,6 +145,8 @@ def summary(table: list[dict]) -> dict[str, Any]:
     ran = [r for r in table if r["verdict"] is not None]
     acc = [r for r in ran if r["verdict"] == "accepted"]
     gaps = [abs(r["dobench_vs_ours"] - 1) for r in acc if r["dobench_vs_ours"] is not None]
+    device_bound = [abs(r["dobench_vs_ours"] - 1) for r in acc if r["dobench_vs_ours"] is not None
+                    and not r.get("host_bound")]
     kb_ok = [r for r in ran if r["kernelbench"] == "correct"]
     return {
         "candidates": len(table), "ran": len(ran), "accepted": len(acc),
@@ -118,6 +160,11 @@ def summary(table: list[dict]) -> dict[str, Any]:
                                                    and r["verdict"] == "accepted"),
         "dobench_within_3pct": sum(1 for g in gaps if g <= 0.03), "dobench_compared": len(gaps),
         "median_abs_dobench_gap": statistics.median(gaps) if gaps else None,
+        "dobench_void": sum(1 for r in acc if r.get("dobench_void")),
+        "dobench_compared_device_bound": len(device_bound),
+        "dobench_within_1pct_device_bound": sum(1 for g in device_bound if g <= 0.01),
+        "dobench_within_3pct_device_bound": sum(1 for g in device_bound if g <= 0.03),
+        "host_bound_accepted": sum(1 for r in acc if r.get("host_bound")),
     }
 
 
@@ -138,8 +185,10 @@ def main() -> int:
     items = [(p, lab) for p, lab in zip(args.items, args.labels or [""] * len(args.items)) if p.exists()]
     dbs = [(p, lab) for p, lab in zip(args.dobench, args.dobench_labels or [""] * len(args.dobench)) if p.exists()]
     published = json.loads(args.published.read_text())
-    table = rows(published, _items([p for p, _ in items], [lab for _, lab in items] if args.labels else None),
-                 _dobench([p for p, _ in dbs], [lab for _, lab in dbs] if args.dobench_labels else None))
+    by_candidate = _items([p for p, _ in items], [lab for _, lab in items] if args.labels else None)
+    table = rows(published, by_candidate,
+                 _dobench([p for p, _ in dbs], [lab for _, lab in dbs] if args.dobench_labels else None,
+                          by_candidate))
     s = summary(table)
     text = markdown(table)
     print(json.dumps(s, indent=1))

@@ -172,6 +172,41 @@ def test_the_timed_check_allows_a_few_ulps_down_to_the_subnormal_step_and_no_mor
     assert "differs" in check_fingerprint(timed(tiny.to(torch.bfloat16).to(torch.float32)), tiny, PROTO)
 
 
+def test_the_timed_check_makes_each_golden_output_only_after_the_last_is_dropped():
+    """The controller verifies a round's timed outputs one golden output at a time: at published sizes a golden is
+    GBs, and the memory plan counts one set (its input and output) for the controller while both timing sandboxes
+    hold theirs. Holding the last golden while the next was made took 36_RMSNorm_ 7 GiB past the plan, out of an
+    80 GB H100's memory (2026-12-06). The next golden is made only once the last is unreachable; a wrong one is
+    still refused."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from pytest_autotune.gates.timed_outputs import TimedOutputsGate
+
+    outs = [torch.randn(256, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    prints = [p for p in fingerprints(outs, torch.Generator().manual_seed(3), 16)]
+    alive_at_next: list[bool] = []
+
+    def goldens(bad_at: int = -1):
+        last = None
+        for i, out in enumerate(outs):
+            if last is not None:
+                gc.collect()
+                alive_at_next.append(last() is not None)
+            gold = out.clone() + (1.0 if i == bad_at else 0.0)
+            last = weakref.ref(gold)
+            yield gold
+            del gold
+
+    ctx = SimpleNamespace(protocol=PROTO, evidence=SimpleNamespace(accuracy={}))
+    gate = TimedOutputsGate()
+    assert gate._check_round(ctx, 0, goldens(), prints, [0, 1, 2, 3]) is None
+    assert alive_at_next == [False, False, False]
+    refused = gate._check_round(ctx, 0, goldens(bad_at=2), prints, [0, 1, 2, 3])
+    assert refused is not None and "candidate call 2" in refused.reason
+
+
 def test_fingerprints_of_a_round_in_one_copy_match_each_output():
     """A round's prints, made in one batch (one host copy per device), are the per-leaf sums and values of each
     output, in order, at positions from the controller's seed; every one passes against its own golden and a

@@ -41,7 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "docs/guide/compiled-candidates.md#builds-in-parallel")
 
 
-def _runs_items(config: pytest.Config, s: "AutotuneSession", session: pytest.Session) -> bool:
+def _runs_items(config: pytest.Config, session: pytest.Session) -> bool:
     opt = config.option
     if any(getattr(opt, name, False) for name in ("collectonly", "setupplan", "setuponly")):
         return False
@@ -55,7 +55,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     config = session.config
     s = config.stash.get(SESSION_KEY, None)
     override = config.getoption("autotune_build_workers", None)
-    if s is None or override == 0 or not _runs_items(config, s, session):
+    if s is None or override == 0 or not _runs_items(config, session):
         return
     tr = config.pluginmanager.get_plugin("terminalreporter")
     write = tr.write_line if tr is not None and config.option.verbose >= 0 else None

@@ -60,3 +60,40 @@ def test_the_processes_time_every_pair_and_their_rows_come_back_in_order(tmp_pat
     assert result["processes"] == 2
     assert [(r["candidate"], r["process"]) for r in result["rows"]] == [("add_alpha", 0), ("fused_silu", 1)], result
     assert all("error" not in r and r["dobench"] > 0 for r in result["rows"]), result["rows"]
+
+
+def test_the_leaderboard_table_voids_a_do_bench_row_that_timed_another_candidates_module(tmp_path):
+    """leaderboard_table.py: in a do_bench file timed in one process, the second candidate whose extension shares a
+    module name with an earlier one is void (its time was the first one's); each row carries its run, and a speedup
+    is never set beside another run's do_bench."""
+    import json
+    import subprocess
+
+    def item(name: str, ext: str, speedup: float) -> dict:
+        return {"nodeid": f"p.py::{name}[cuda]", "candidate": name, "problem": "42_Max_Pooling_2D",
+                "verdict": "accepted", "speedup": speedup, "ci": [speedup * 0.99, speedup * 1.01],
+                "details": {"build": {"built": [ext]}}}
+
+    published = {"candidates": [{"name": n, "problem": "42_Max_Pooling_2D", "model": "m",
+                                 "published": {"speedup": 1.0, "hardware": "L40S"}} for n in ("a", "b", "c")]}
+    (tmp_path / "published.json").write_text(json.dumps(published))
+    (tmp_path / "run1.jsonl").write_text("\n".join(json.dumps(i) for i in (
+        item("a", "maxpool2d", 1.07), item("b", "maxpool2d", 0.32), item("c", "max_pool2d_cuda", 1.25))))
+    (tmp_path / "old.jsonl").write_text(json.dumps(item("c", "max_pool2d_cuda", 1.10)))
+    rows = [{"candidate": n, "dobench": d} for n, d in (("a", 1.03), ("b", 1.03), ("c", 1.18))]
+    (tmp_path / "db1.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "db0.json").write_text(json.dumps({"rows": [{"candidate": "c", "dobench": 9.9}]}))
+    script = REPO / "benchmarks" / "harness" / "gpu" / "leaderboard_table.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--published", str(tmp_path / "published.json"),
+         "--items", str(tmp_path / "old.jsonl"), str(tmp_path / "run1.jsonl"), "--labels", "old", "new",
+         "--dobench", str(tmp_path / "db1.json"), str(tmp_path / "db0.json"), "--dobench-labels", "new", "old",
+         "--json", str(tmp_path / "table.json"), "--md", str(tmp_path / "table.md")],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    table = {r["candidate"]: r for r in json.loads((tmp_path / "table.json").read_text())["rows"]}
+    assert table["a"]["dobench"] == 1.03 and not table["a"]["dobench_void"]
+    assert table["b"]["dobench"] is None and "a's extension (maxpool2d)" in table["b"]["dobench_void"]
+    # c: its latest item is run "new"; the later do_bench file is run "old" and is not this speedup's
+    assert table["c"]["run"] == "new" and table["c"]["dobench"] == 1.18
+    assert "void (another candidate's module of the same name)" in (tmp_path / "table.md").read_text()

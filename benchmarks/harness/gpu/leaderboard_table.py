@@ -38,12 +38,12 @@ def _items(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, d
 
 
 def _dobench(paths: list[Path], labels: Optional[list[str]] = None,
-             items: Optional[dict[str, dict]] = None) -> dict[str, dict]:
-    """do_bench rows by candidate (a later file wins). A row timed in a process where an earlier row's candidate
+             items: Optional[dict[str, dict]] = None) -> dict[str, dict[Optional[str], dict]]:
+    """do_bench rows by candidate and run (a later file of the same run wins). A row timed in a process where an earlier row's candidate
     had loaded an extension of the same module name timed that candidate's module, not its own (Python keeps one
     extension module per name in a process; outside_timers.py ``processes_for`` since 2026-12-06): it is kept with
     ``void`` saying so, and no speedup is compared with it."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[Optional[str], dict]] = {}
     for i, path in enumerate(paths):
         loaded: dict[Any, dict[str, str]] = {}  # process -> module name -> the candidate that loaded it
         for row in json.loads(path.read_text()).get("rows", []):
@@ -59,7 +59,7 @@ def _dobench(paths: list[Path], labels: Optional[list[str]] = None,
             if first:
                 row["void"] = (f"do_bench timed {', '.join(first)}'s extension "
                                f"({', '.join(n for n in names if n in here)}): one module per name in a process")
-            out[row["candidate"]] = row
+            out.setdefault(row["candidate"], {})[row.get("_run")] = row
     return out
 
 
@@ -89,7 +89,8 @@ def _host_bound(it: Optional[dict]) -> Optional[str]:
     return f"{ha}/{hb} of {n}" if n and (ha or hb) else None
 
 
-def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> list[dict[str, Any]]:
+def rows(published: dict, items: dict[str, dict],
+         dobench: dict[str, dict[Optional[str], dict]]) -> list[dict[str, Any]]:
     out = []
     for cand in sorted(published["candidates"], key=lambda c: (c.get("problem", ""), c["name"])):
         name, pub = cand["name"], {**cand.get("published", {}), "problem": cand.get("problem"),
@@ -97,9 +98,7 @@ def rows(published: dict, items: dict[str, dict], dobench: dict[str, dict]) -> l
         it = items.get(name)
         kb = (it or {}).get("kernelbench") or {}
         verdict, speed = _ours(it)
-        db = dobench.get(name)
-        if db is not None and it is not None and db.get("_run") != it.get("_run"):
-            db = None  # another run's do_bench: not this speedup's
+        db = (dobench.get(name) or {}).get((it or {}).get("_run"))  # this speedup's run's do_bench only
         void = (db or {}).get("void")
         if void:
             db = None

@@ -39,10 +39,10 @@ def _items(paths: list[Path], labels: Optional[list[str]] = None) -> dict[str, d
 
 def _dobench(paths: list[Path], labels: Optional[list[str]] = None,
              items: Optional[dict[str, dict]] = None) -> dict[str, dict[Optional[str], dict]]:
-    """do_bench rows by candidate and run (a later file of the same run wins). A row timed in a process where an earlier row's candidate
-    had loaded an extension of the same module name timed that candidate's module, not its own (Python keeps one
-    extension module per name in a process; outside_timers.py ``processes_for`` since 2026-12-06): it is kept with
-    ``void`` saying so, and no speedup is compared with it."""
+    """do_bench rows by candidate and run (a later file of the same run wins). A row timed in a process where an
+    earlier row's candidate had loaded an extension of the same module name timed that candidate's module, not its
+    own (Python keeps one extension module per name in a process; outside_timers.py ``processes_for`` since
+    2026-12-06): it is kept with ``void`` saying so, and no speedup is compared with it."""
     out: dict[str, dict[Optional[str], dict]] = {}
     for i, path in enumerate(paths):
         loaded: dict[Any, dict[str, str]] = {}  # process -> module name -> the candidate that loaded it
@@ -52,13 +52,14 @@ def _dobench(paths: list[Path], labels: Optional[list[str]] = None,
             it = (items or {}).get(row["candidate"]) or {}
             names = ((it.get("details") or {}).get("build") or {}).get("built") or []
             here = loaded.setdefault(row.get("process"), {})
-            first = sorted({here[n] for n in names if n in here and here[n] != row["candidate"]})
+            shared = [n for n in names if here.get(n, row["candidate"]) != row["candidate"]]
+            first = sorted({here[n] for n in shared})
             for n in names:
                 here.setdefault(n, row["candidate"])
             row = {**row, "_run": labels[i]} if labels else dict(row)
-            if first:
-                row["void"] = (f"do_bench timed {', '.join(first)}'s extension "
-                               f"({', '.join(n for n in names if n in here)}): one module per name in a process")
+            if shared:
+                row["void"] = (f"do_bench timed {', '.join(first)}'s extension ({', '.join(shared)}): one module per "
+                               "name in a process")
             out.setdefault(row["candidate"], {})[row.get("_run")] = row
     return out
 
